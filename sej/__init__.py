@@ -1,0 +1,53 @@
+"""sej: segmented journals, a durable file-based message log byte-compatible with h12.io/sej.
+
+The public API; see README.md and docs/ for the format and the guarantees.
+"""
+
+from __future__ import annotations
+
+from .errors import (
+    ClosedError,
+    CorruptionError,
+    CorruptionWarning,
+    FrameError,
+    InvalidArgumentError,
+    LockedError,
+    OffsetOutOfRangeError,
+    SejError,
+    TruncatedError,
+)
+from .journal import first_offset, last_messages, next_offset, offset_at_time
+from .layout import Segment, list_readers, list_segments
+from .message import NO_TIMESTAMP, Message, decode, encode, encode_message
+from .offset import Offset
+from .scanner import Scanner
+from .writer import Writer
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "NO_TIMESTAMP",
+    "ClosedError",
+    "CorruptionError",
+    "CorruptionWarning",
+    "FrameError",
+    "InvalidArgumentError",
+    "LockedError",
+    "Message",
+    "Offset",
+    "OffsetOutOfRangeError",
+    "Scanner",
+    "Segment",
+    "SejError",
+    "TruncatedError",
+    "Writer",
+    "decode",
+    "encode",
+    "encode_message",
+    "first_offset",
+    "last_messages",
+    "list_readers",
+    "list_segments",
+    "next_offset",
+    "offset_at_time",
+]

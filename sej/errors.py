@@ -1,0 +1,86 @@
+"""The exceptions sej raises: one hierarchy under `SejError`."""
+
+from __future__ import annotations
+
+
+class SejError(Exception):
+    """Base class of every error sej raises on purpose."""
+
+
+class InvalidArgumentError(SejError, ValueError, TypeError):
+    """A public call got a bad value or a value of the wrong type.
+
+    It is also a ValueError and a TypeError, so callers that catch those keep working.
+    """
+
+
+class LockedError(SejError):
+    """A lock file (writer or reader) is held by someone else."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(f"{path} is locked by another writer or reader")
+        self.path = path
+
+
+class ClosedError(SejError):
+    """The writer, scanner or offset was used after close()."""
+
+
+class FrameError(SejError):
+    """Bytes that are not a valid SEJ message frame (pure codec error, no file involved)."""
+
+    def __init__(self, reason: str, position: int) -> None:
+        super().__init__(f"{reason} at byte {position}")
+        self.reason = reason
+        self.position = position
+
+
+class CorruptionError(SejError):
+    """A segment holds bytes that are not a valid continuation of the journal.
+
+    `path` is the segment, `position` the first bad byte, `reason` what is wrong,
+    `length` how many bytes from `position` to the end of the file, and
+    `quarantine` where they were moved (None when nothing was moved).
+    """
+
+    def __init__(
+        self,
+        path: str,
+        position: int,
+        reason: str,
+        length: int = 0,
+        quarantine: str | None = None,
+    ) -> None:
+        msg = f"{path}: {reason} at byte {position}"
+        if length:
+            msg += f" ({length} bytes to the end of the file)"
+        if quarantine:
+            msg += f"; moved aside to {quarantine}"
+        super().__init__(msg)
+        self.path = path
+        self.position = position
+        self.reason = reason
+        self.length = length
+        self.quarantine = quarantine
+
+
+class TruncatedError(SejError):
+    """A segment shrank, vanished or was replaced while a scanner was reading it."""
+
+
+class OffsetOutOfRangeError(SejError):
+    """An offset is below the first retained message or beyond the journal's end."""
+
+    def __init__(self, offset: int, first: int, next: int) -> None:
+        super().__init__(
+            f"offset {offset} is outside the journal, which holds offsets {first} to {next - 1}"
+            if next > first
+            else f"offset {offset} is outside the journal, which is empty and starts at {first}"
+        )
+        self.offset = offset
+        self.first = first
+        self.next = next
+
+
+class CorruptionWarning(UserWarning):
+    """Issued when the writer cut a corrupt tail and moved it aside."""

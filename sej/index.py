@@ -1,0 +1,133 @@
+"""The sparse index of a segment: every few KiB, (offset, position, max timestamp before).
+
+Derived data kept in `<dir>/idx/%016x.idx` beside the segments; it can always be
+rebuilt from the segment, and every entry is checked against the segment before
+it is trusted. File layout: the 8-byte magic, the segment's first offset (u64),
+then 24-byte entries, all big-endian::
+
+    offset u64 | position u64 | max_ts i64
+
+`max_ts` is the largest timestamp of the messages before `position` in the
+segment (NO_TIMESTAMP when there are none), so it never decreases and a seek by
+time is a binary search too.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from bisect import bisect_left, bisect_right
+from typing import NamedTuple
+
+from .message import NO_TIMESTAMP
+
+MAGIC = b"SEJIDX01"
+FILE_HEADER = struct.Struct(">8sQ")
+ENTRY = struct.Struct(">QQq")
+INTERVAL = 4096
+"""Bytes of segment between two index entries (at least)."""
+
+
+class Entry(NamedTuple):
+    offset: int
+    position: int
+    max_ts: int
+
+
+class SparseIndex:
+    """In-memory sparse index of one segment, stored as packed entries."""
+
+    __slots__ = ("first_offset", "data")
+
+    def __init__(self, first_offset: int, data: bytes | bytearray = b"") -> None:
+        self.first_offset = first_offset
+        self.data = bytearray(data[: len(data) - len(data) % ENTRY.size])
+
+    def __len__(self) -> int:
+        return len(self.data) // ENTRY.size
+
+    def __getitem__(self, i: int) -> Entry:
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(i)
+        return Entry(*ENTRY.unpack_from(self.data, i * ENTRY.size))
+
+    def add(self, offset: int, position: int, max_ts: int) -> None:
+        self.data += ENTRY.pack(offset, position, max_ts)
+
+    def _field(self, i: int, k: int) -> int:
+        return ENTRY.unpack_from(self.data, i * ENTRY.size)[k]  # type: ignore[no-any-return]
+
+    def floor_offset(self, offset: int) -> int:
+        """Index of the last entry with entry.offset <= offset (-1 if none)."""
+        return bisect_right(range(len(self)), offset, key=lambda i: self._field(i, 0)) - 1
+
+    def floor_time(self, ts: int) -> int:
+        """Index of the last entry whose max_ts < ts: every message before it is older than ts (-1 if none)."""
+        return bisect_left(range(len(self)), ts, key=lambda i: self._field(i, 2)) - 1
+
+    def truncate(self, count: int) -> None:
+        """Keep only the first `count` entries."""
+        del self.data[count * ENTRY.size :]
+
+    def cut_at(self, position: int) -> None:
+        """Drop the entries at or beyond a segment position."""
+        i = bisect_left(range(len(self)), position, key=lambda i: self._field(i, 1))
+        self.truncate(i)
+
+    def tail(self) -> Entry:
+        """The last entry, or the implicit start of the segment if there is none."""
+        return self[-1] if len(self) else Entry(self.first_offset, 0, NO_TIMESTAMP)
+
+
+def load(path: str, first_offset: int) -> SparseIndex | None:
+    """Read an index file; None when it is missing or its header does not match the segment."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError):
+        return None
+    if len(raw) < FILE_HEADER.size:
+        return None
+    magic, first = FILE_HEADER.unpack_from(raw)
+    if magic != MAGIC or first != first_offset:
+        return None
+    return SparseIndex(first_offset, raw[FILE_HEADER.size :])
+
+
+def save(path: str, index: SparseIndex) -> None:
+    """Write an index file atomically (temp file and rename). No fsync: it is derived data."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(FILE_HEADER.pack(MAGIC, index.first_offset))
+        f.write(index.data)
+    os.replace(tmp, path)
+
+
+class Appender:
+    """Appends the entries a writer adds to its segment's index file, at each flush."""
+
+    __slots__ = ("path", "index", "_saved", "_file")
+
+    def __init__(self, path: str, index: SparseIndex, on_disk: bool) -> None:
+        """`on_disk`: the file at `path` already holds exactly `index`; else it is rewritten."""
+        self.path = path
+        self.index = index
+        if not on_disk:
+            save(path, index)
+        self._saved = len(index.data)
+        self._file = open(path, "ab", buffering=0)
+
+    def flush(self) -> None:
+        data = self.index.data
+        if len(data) > self._saved:
+            self._file.write(data[self._saved :])
+            self._saved = len(data)
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self.flush()
+            self._file.close()

@@ -1,0 +1,110 @@
+"""Read-only questions about a whole journal: first and next offset, last messages, time lookup."""
+
+from __future__ import annotations
+
+import os
+
+from . import layout
+from .errors import CorruptionError, InvalidArgumentError
+from .index import Entry
+from .layout import Segment, index_path, journal_path, list_segments
+from .message import I32, NO_TIMESTAMP, OVERHEAD, Message, decode_batch
+from .segment import open_index, read_messages, tail
+
+
+def first_offset(dir: str | os.PathLike[str]) -> int:
+    """Offset of the first retained message (the journal's start, 0 when it has no segments)."""
+    segments = list_segments(dir)
+    return segments[0].first_offset if segments else 0
+
+
+def next_offset(dir: str | os.PathLike[str]) -> int:
+    """Offset the next appended message will get: one past the last whole, valid message."""
+    path = journal_path(dir)
+    segments = list_segments(path)
+    if not segments:
+        return 0
+    seg = segments[-1]
+    w, _, _ = tail(index_path(path, seg.first_offset), seg)
+    return w.next_offset
+
+
+def last_messages(dir: str | os.PathLike[str], n: int) -> list[Message]:
+    """The last `n` whole messages, oldest first, read backward with the trailing size field."""
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        raise InvalidArgumentError(f"n must be a non-negative int, got {n!r}")
+    path = journal_path(dir)
+    segments = list_segments(path)
+    out: list[Message] = []
+    for i in range(len(segments) - 1, -1, -1):
+        if len(out) >= n:
+            break
+        seg = segments[i]
+        if i == len(segments) - 1:
+            end = tail(index_path(path, seg.first_offset), seg)[0].end  # skips a torn tail
+        else:
+            end = os.path.getsize(seg.path)
+        with open(seg.path, "rb") as f:
+            out.extend(_backward(f.fileno(), seg, end, n - len(out)))
+    out.reverse()
+    return out
+
+
+def _backward(fd: int, seg: Segment, end: int, want: int) -> list[Message]:
+    """Up to `want` messages of one segment ending at `end`, newest first."""
+    got: list[Message] = []
+    while end > 0 and len(got) < want:
+        size = I32.unpack(os.pread(fd, 4, end - 4))[0] if end >= 4 else -1
+        if size < OVERHEAD or size > end:
+            raise CorruptionError(seg.path, max(end - 4, 0), "trailing size field does not fit a frame")
+        frame = os.pread(fd, size, end - size)
+        expect = got[-1].offset - 1 if got else None
+        msgs, used, problem = decode_batch(frame, 0, len(frame), expect, 1)
+        if not msgs or problem is not None or used != size:
+            reason = problem.reason if problem else "frame does not decode"
+            raise CorruptionError(seg.path, end - size, f"reading backward: {reason}")
+        if msgs[0].offset < seg.first_offset:
+            raise CorruptionError(seg.path, end - size, f"offset {msgs[0].offset} below the segment's first")
+        got.append(msgs[0])
+        end -= size
+    return got
+
+
+def offset_at_time(dir: str | os.PathLike[str], ts: int) -> int:
+    """Offset of the first message whose timestamp is >= ts (the next offset if there is none).
+
+    Messages without a timestamp count as older than any time. Exact also when
+    timestamps are out of order: every message before the result is older than ts.
+    """
+    if not isinstance(ts, int) or isinstance(ts, bool):
+        raise InvalidArgumentError(f"time must be int nanoseconds since the Unix epoch, got {ts!r}")
+    path = journal_path(dir)
+    segments = list_segments(path)
+    for seg in segments:
+        found = _offset_at_time_in(path, seg, ts)
+        if found is not None:
+            return found
+    return next_offset(path)
+
+
+def _offset_at_time_in(dir: str, seg: Segment, ts: int) -> int | None:
+    with open(seg.path, "rb") as f:
+        fd = f.fileno()
+        size = os.fstat(fd).st_size
+        index, _ = open_index(index_path(dir, seg.first_offset), seg, fd, size)
+        i = index.floor_time(ts)
+        start = index[i] if i >= 0 else Entry(seg.first_offset, 0, NO_TIMESTAMP)
+        pos, off = start.position, start.offset
+        while pos < size:
+            msgs, used, _problem = read_messages(fd, pos, off, size)
+            if not msgs:
+                return None
+            for m in msgs:
+                if m.timestamp is not None and m.timestamp >= ts:
+                    return m.offset
+            pos += used
+            off = msgs[-1].offset + 1
+    return None
+
+
+__all__ = ["first_offset", "next_offset", "last_messages", "offset_at_time", "layout"]

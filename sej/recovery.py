@@ -1,0 +1,83 @@
+"""Startup recovery: cut a segment's corrupt or torn tail back to its last whole message.
+
+The cut bytes are first copied to a quarantine file beside the segment and made
+durable, and only then is the segment truncated: nothing is silently destroyed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import warnings
+from typing import NamedTuple
+
+from .errors import CorruptionError, CorruptionWarning
+from .index import SparseIndex
+from .layout import Segment, index_path
+from .segment import CHUNK, Walk, open_index, walk
+
+log = logging.getLogger("sej.recovery")
+
+
+class Tail(NamedTuple):
+    """A segment's state after recovery."""
+
+    walk: Walk  # walk.end is now the file size
+    index: SparseIndex
+    index_on_disk: bool
+    cut: CorruptionError | None  # what was cut, if anything
+
+
+def quarantine_path(segment_path: str, position: int) -> str:
+    """Where bytes cut from `segment_path` at `position` are kept."""
+    return f"{segment_path}.cut-{position}-{time.time_ns()}"
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def recover_tail(dir: str, seg: Segment, strict: bool = False) -> Tail:
+    """Validate `seg` from its last trusted index entry; cut a bad tail aside.
+
+    With `strict`, nothing is changed and a bad tail raises CorruptionError.
+    """
+    with open(seg.path, "r+b") as f:
+        fd = f.fileno()
+        size = os.fstat(fd).st_size
+        index, on_disk = open_index(index_path(dir, seg.first_offset), seg, fd, size)
+        before = len(index)
+        w = walk(fd, index.tail(), size, index)
+        on_disk = on_disk and len(index) == before
+        if w.problem is None:
+            return Tail(w, index, on_disk, None)
+        length = w.size - w.end
+        if strict:
+            raise CorruptionError(seg.path, w.end, w.problem.reason, length)
+        qpath = quarantine_path(seg.path, w.end)
+        _copy_range(fd, w.end, w.size, qpath)
+        fsync_dir(os.path.dirname(seg.path))
+        os.ftruncate(fd, w.end)
+        os.fsync(fd)
+    cut = CorruptionError(seg.path, w.end, w.problem.reason, length, qpath)
+    log.warning("%s", cut)
+    warnings.warn(str(cut), CorruptionWarning, stacklevel=3)
+    return Tail(w._replace(size=w.end, problem=None), index, on_disk, cut)
+
+
+def _copy_range(fd: int, start: int, end: int, dest: str) -> None:
+    with open(dest, "xb") as out:
+        pos = start
+        while pos < end:
+            data = os.pread(fd, min(CHUNK, end - pos), pos)
+            if not data:
+                break
+            out.write(data)
+            pos += len(data)
+        out.flush()
+        os.fsync(out.fileno())

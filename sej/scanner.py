@@ -1,0 +1,296 @@
+"""The scanner: iterate a journal's messages from an offset, following new data as it comes."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import time
+from collections.abc import Iterator
+from operator import length_hint
+from typing import Literal
+
+from .errors import ClosedError, CorruptionError, InvalidArgumentError, OffsetOutOfRangeError, TruncatedError
+from .index import Entry
+from .journal import next_offset, offset_at_time
+from .layout import Segment, find_segment, index_path, journal_path, list_segments, segment_dir, segment_path
+from .message import MAX_OFFSET, NO_TIMESTAMP, Message
+from .segment import open_index, read_messages
+from .watch import Subscription, Wakeup
+
+_EMPTY: list[Message] = []
+
+
+class _Open:
+    """The segment file being read."""
+
+    __slots__ = ("first", "path", "file", "fd", "ino", "pos", "offset", "seen")
+
+    def __init__(self, seg: Segment) -> None:
+        self.first = seg.first_offset
+        self.path = seg.path
+        self.file = open(seg.path, "rb")
+        self.fd = self.file.fileno()
+        self.ino = os.fstat(self.fd).st_ino
+        self.pos = 0  # file position of the next frame
+        self.offset = seg.first_offset  # its offset
+        self.seen = 0  # largest file size seen: a smaller one means truncation
+
+    def read(self, limit: int) -> list[Message]:
+        """Whole messages available now (possibly none). Raises on shrinking or corrupt data."""
+        size = os.fstat(self.fd).st_size
+        if size < self.seen:
+            raise TruncatedError(f"{self.path} shrank from {self.seen} to {size} bytes under the scanner")
+        self.seen = size
+        if size <= self.pos:
+            return _EMPTY
+        msgs, used, problem = read_messages(self.fd, self.pos, self.offset, size, limit)
+        if msgs:
+            self.pos += used
+            self.offset = msgs[-1].offset + 1
+            return msgs
+        if problem is not None and not problem.incomplete:
+            raise CorruptionError(self.path, problem.position, problem.reason, size - problem.position)
+        return _EMPTY
+
+    def check_same_file(self) -> None:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            raise TruncatedError(f"{self.path} was removed under the scanner") from None
+        if st.st_ino != self.ino:
+            raise TruncatedError(f"{self.path} was replaced under the scanner")
+
+    def leftover(self) -> int:
+        return os.fstat(self.fd).st_size - self.pos
+
+
+class Scanner:
+    """Iterates the messages of the journal in `dir` from `offset`, in order.
+
+    `offset` is an int, "first" (the first retained message) or "last" (only
+    messages appended from now on). Iteration ends when no new message arrives
+    within `timeout` seconds (None: wait forever); iterating again continues
+    where it stopped. Waiting is driven by file-system events (watchdog).
+    """
+
+    def __init__(
+        self,
+        dir: str | os.PathLike[str],
+        offset: int | Literal["first", "last"] = 0,
+        timeout: float | None = 1.0,
+        *,
+        batch: int = 4096,
+    ) -> None:
+        self.dir = journal_path(dir)
+        if not os.path.isdir(self.dir):
+            raise InvalidArgumentError(f"journal directory {self.dir} does not exist")
+        self.timeout = _check_timeout(timeout)
+        if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+            raise InvalidArgumentError(f"batch must be a positive int, got {batch!r}")
+        self._limit = batch
+        self._wakeup = Wakeup()
+        self._sub: Subscription | None = None
+        self._sub_path = ""
+        self._seg: _Open | None = None
+        self._it: Iterator[Message] = iter(_EMPTY)
+        self._end = 0  # offset after the last message of the current batch
+        self._closed = False
+        try:
+            self._seek(offset)
+        except BaseException:
+            self.close()
+            raise
+
+    @classmethod
+    def at_time(
+        cls,
+        dir: str | os.PathLike[str],
+        ts: int | _dt.datetime,
+        timeout: float | None = 1.0,
+    ) -> Scanner:
+        """A scanner starting at the first message whose timestamp is >= ts (ns or aware datetime)."""
+        return cls(dir, offset_at_time(dir, to_ns(ts)), timeout)
+
+    # -- positioning ----------------------------------------------------------
+
+    def _seek(self, offset: object) -> None:
+        segments = list_segments(self.dir)
+        if offset == "first":
+            offset = segments[0].first_offset if segments else 0
+        elif offset == "last":
+            offset = next_offset(self.dir)
+        elif not isinstance(offset, int) or isinstance(offset, bool) or not 0 <= offset <= MAX_OFFSET:
+            raise InvalidArgumentError(f"offset must be an int >= 0, 'first' or 'last', got {offset!r}")
+        self._end = offset
+        if not segments:
+            self._want = offset  # nothing to read yet: wait for the first segment
+            return
+        i = find_segment(segments, offset)
+        if i < 0:
+            raise OffsetOutOfRangeError(offset, segments[0].first_offset, next_offset(self.dir))
+        seg = self._seg = _Open(segments[i])
+        index, _ = open_index(index_path(self.dir, seg.first), segments[i], seg.fd, os.fstat(seg.fd).st_size)
+        k = index.floor_offset(offset)
+        start = index[k] if k >= 0 else Entry(seg.first, 0, NO_TIMESTAMP)
+        seg.pos, seg.offset = start.position, start.offset
+        self._want = offset
+        self._skip(last=i == len(segments) - 1)
+
+    def _skip(self, last: bool) -> None:
+        """Read forward to self._want inside the current segment."""
+        seg = self._seg
+        assert seg is not None
+        while seg.offset < self._want:
+            msgs = seg.read(self._limit)
+            if not msgs:
+                if last:
+                    raise OffsetOutOfRangeError(self._want, list_segments(self.dir)[0].first_offset, seg.offset)
+                raise CorruptionError(seg.path, seg.pos, f"segment ends at offset {seg.offset}, before {self._want}")
+            if msgs[-1].offset >= self._want:
+                keep = msgs[self._want - msgs[0].offset :]
+                self._it = iter(keep)
+                self._end = keep[-1].offset + 1
+                return
+
+    # -- reading --------------------------------------------------------------
+
+    def _read_available(self) -> list[Message]:
+        """Messages available now, moving on to the next segment when the current one is done."""
+        seg = self._seg
+        if seg is None:
+            segments = list_segments(self.dir)
+            if not segments:
+                return _EMPTY
+            self._seek(self._want)
+            if length_hint(self._it):
+                return list(self._it)
+            seg = self._seg
+            assert seg is not None
+        for _ in range(1 << 20):
+            msgs = seg.read(self._limit)
+            if msgs:
+                return msgs
+            nxt = segment_path(self.dir, seg.offset)
+            if not os.path.exists(nxt):
+                if self._wakeup.created:
+                    self._wakeup.created = False
+                    self._check_no_gap(seg)
+                seg.check_same_file()
+                return _EMPTY
+            # The writer finishes a segment before it creates the next: read what is left.
+            msgs = seg.read(self._limit)
+            if msgs:
+                return msgs
+            if seg.leftover() > 0:
+                raise CorruptionError(seg.path, seg.pos, "incomplete message at the end of a finished segment")
+            seg.file.close()
+            seg = self._seg = _Open(Segment(seg.offset, nxt))
+        raise AssertionError("unreachable: more than 2**20 empty segments in a row")
+
+    def _check_no_gap(self, seg: _Open) -> None:
+        later = [s for s in list_segments(self.dir) if s.first_offset > seg.first]
+        if later and later[0].first_offset != seg.offset:
+            raise CorruptionError(
+                later[0].path, 0, f"gap: segment starts at offset {later[0].first_offset}, expected {seg.offset}"
+            )
+
+    def _next_batch(self) -> bool:
+        """Load the next batch, waiting up to the timeout; False if none came."""
+        if self._closed:
+            raise ClosedError(f"scanner of {self.dir} is closed")
+        timeout = self.timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
+        event = self._wakeup.event
+        while True:
+            event.clear()
+            msgs = self._read_available()
+            if msgs:
+                self._it = iter(msgs)
+                self._end = msgs[-1].offset + 1
+                return True
+            if deadline is None:
+                remaining = None
+            else:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+            if self._subscribe():
+                continue  # data may have come before the watch was in place
+            event.wait(remaining)
+
+    def _subscribe(self) -> bool:
+        """Watch the segment directory (or the journal's, until it exists); True if it changed."""
+        path = segment_dir(self.dir)
+        if not os.path.isdir(path):
+            path = self.dir
+        if self._sub_path == path:
+            return False
+        if self._sub is not None:
+            self._sub.close()
+        self._sub = Subscription(path, self._wakeup)
+        self._sub_path = path
+        return True
+
+    def __iter__(self) -> Iterator[Message]:
+        while True:
+            yield from self._it
+            if not self._next_batch():
+                return
+
+    def __next__(self) -> Message:
+        for m in self._it:
+            return m
+        if self._next_batch():
+            return next(self._it)
+        raise StopIteration
+
+    @property
+    def offset(self) -> int:
+        """The next offset to read: one past the last message returned."""
+        return self._end - length_hint(self._it)
+
+    def close(self) -> None:
+        """Stop watching and close the segment file. Idempotent."""
+        self._closed = True
+        if self._sub is not None:
+            self._sub.close()
+            self._sub = None
+        if self._seg is not None:
+            self._seg.file.close()
+            self._seg = None
+
+    def __enter__(self) -> Scanner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if not getattr(self, "_closed", True):
+            try:
+                self.close()
+            except Exception:  # interpreter shutdown: modules may be gone
+                pass
+
+    def __repr__(self) -> str:
+        return f"Scanner({self.dir!r}, offset={self.offset})"
+
+
+def _check_timeout(timeout: object) -> float | None:
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
+        raise InvalidArgumentError(f"timeout must be seconds >= 0 or None, got {timeout!r}")
+    return float(timeout)
+
+
+def to_ns(ts: object) -> int:
+    """Nanoseconds since the Unix epoch from an int (ns) or a timezone-aware datetime."""
+    if isinstance(ts, _dt.datetime):
+        if ts.tzinfo is None:
+            raise InvalidArgumentError(f"datetime must be timezone-aware, got {ts!r}")
+        delta = ts - _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+        return (delta.days * 86400 + delta.seconds) * 10**9 + delta.microseconds * 1000
+    if isinstance(ts, int) and not isinstance(ts, bool):
+        return ts
+    raise InvalidArgumentError(f"time must be int nanoseconds or an aware datetime, got {ts!r}")

@@ -1,0 +1,183 @@
+"""Reading one segment file's structure: walking frames in large chunks, checking the index.
+
+Everything here reads with os.pread on a file descriptor (never mmap: a file that
+shrinks under a mapping kills the process with SIGBUS) and never writes the segment.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import NamedTuple
+
+from . import index as idx
+from .index import Entry, SparseIndex
+from .layout import Segment
+from .message import HEADER, I32, NO_TIMESTAMP, OVERHEAD, Message, Problem, check_frame, decode_batch
+
+CHUNK = 1 << 20
+
+
+class Walk(NamedTuple):
+    """Where a forward walk of a segment stopped."""
+
+    end: int  # position after the last whole, valid frame
+    next_offset: int  # offset of the next frame
+    max_ts: int  # largest timestamp seen before `end` (index semantics)
+    problem: Problem | None  # why it stopped before `size`; None at a clean end
+    size: int  # the file size the walk went to
+
+
+def walk(
+    fd: int,
+    start: Entry,
+    size: int,
+    index: SparseIndex | None = None,
+) -> Walk:
+    """Validate frames from `start` to `size`; add index entries to `index` on the way."""
+    pos, offset, max_ts = start.position, start.offset, start.max_ts
+    if index is not None:
+        last = index.tail() if len(index) else None
+        next_entry = last.position + idx.INTERVAL if last is not None else 0
+    else:
+        next_entry = 1 << 63
+    unpack_head = HEADER.unpack_from
+    unpack_i32 = I32.unpack_from
+    want = CHUNK
+    while pos < size:
+        data = os.pread(fd, min(want, size - pos), pos)
+        n = len(data)
+        if n == 0:  # the file shrank under us
+            size = pos
+            break
+        p = 0
+        while n - p >= OVERHEAD:
+            off, ts, _typ, ks = unpack_head(data, p)
+            if off != offset or ks < 0:
+                break
+            vpos = p + 18 + ks
+            if vpos + 4 > n:
+                break
+            (vs,) = unpack_i32(data, vpos)
+            nxt = vpos + 8 + vs
+            if vs < 0 or nxt > n or unpack_i32(data, nxt - 4)[0] != nxt - p:
+                break
+            if pos + p >= next_entry:
+                index.add(offset, pos + p, max_ts)  # type: ignore[union-attr]
+                next_entry = pos + p + idx.INTERVAL
+            if ts > max_ts:
+                max_ts = ts
+            offset += 1
+            p = nxt
+        pos += p
+        if p == n:
+            want = CHUNK
+            continue
+        problem = check_frame(data, p, n, offset)
+        assert isinstance(problem, Problem)
+        if problem.incomplete and pos + (n - p) < size:
+            # The frame continues past this chunk: read again from its start, big enough for it.
+            total = _frame_total(data, p, n)
+            want = max(CHUNK, total or 0)
+            continue
+        return Walk(pos, offset, max_ts, problem._replace(position=pos), size)
+    return Walk(pos, offset, max_ts, None, size)
+
+
+def read_messages(
+    fd: int, pos: int, offset: int, size: int, limit: int = 1 << 62
+) -> tuple[list[Message], int, Problem | None]:
+    """Decode whole frames of file bytes [pos, size), at least one however big.
+
+    Returns the messages, the bytes they took, and the Problem (absolute position)
+    that stopped decoding before `size`, if any.
+    """
+    want = min(CHUNK, size - pos)
+    while True:
+        data = os.pread(fd, want, pos)
+        msgs, used, problem = decode_batch(data, 0, len(data), offset, limit)
+        if problem is not None:
+            cut_by_chunk = problem.incomplete and len(data) == want and pos + want < size
+            if cut_by_chunk and msgs:
+                problem = None
+            elif cut_by_chunk:
+                total = _frame_total(data, 0, len(data))
+                want = min(max(total or 0, want * 2), size - pos)
+                continue
+            else:
+                problem = problem._replace(position=pos + problem.position)
+        return msgs, used, problem
+
+
+def _frame_total(data: bytes, p: int, n: int) -> int | None:
+    """The full size of the frame starting at data[p], if its header is there."""
+    if n - p < 18:
+        return None
+    ks = data[p + 17]
+    if ks > 127 or p + 18 + ks + 4 > n:
+        return None
+    (vs,) = I32.unpack_from(data, p + 18 + ks)
+    return OVERHEAD + ks + vs
+
+
+def entry_is_valid(fd: int, size: int, entry: Entry) -> bool:
+    """Whether a whole, valid frame with the entry's offset starts at the entry's position."""
+    if entry.position + OVERHEAD > size:
+        return False
+    head = os.pread(fd, min(CHUNK, size - entry.position), entry.position)
+    r = check_frame(head, 0, len(head), entry.offset)
+    if isinstance(r, int):
+        return True
+    if r.incomplete and len(head) == CHUNK:  # a frame bigger than one chunk: read it whole
+        total = _frame_total(head, 0, len(head))
+        if total is not None and entry.position + total <= size:
+            whole = os.pread(fd, total, entry.position)
+            return isinstance(check_frame(whole, 0, len(whole), entry.offset), int)
+    return False
+
+
+def trusted_prefix(fd: int, size: int, index: SparseIndex) -> int:
+    """Drop the index entries that do not match the segment; return how many were dropped.
+
+    The last entry is checked first (the usual case: all good). Otherwise a binary
+    search finds the last good entry, assuming, as the writer guarantees, that the
+    good entries form a prefix.
+    """
+    n = len(index)
+    if n == 0 or entry_is_valid(fd, size, index[n - 1]):
+        return 0
+    lo, hi = 0, n - 1  # entries [0, lo) known good; entry hi known bad
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if entry_is_valid(fd, size, index[mid]):
+            lo = mid + 1
+        else:
+            hi = mid
+    index.truncate(lo)
+    return n - lo
+
+
+def open_index(dir_index_path: str, seg: Segment, fd: int, size: int) -> tuple[SparseIndex, bool]:
+    """Load a segment's index and keep its trusted entries; (index, unchanged_on_disk)."""
+    loaded = idx.load(dir_index_path, seg.first_offset)
+    if loaded is None:
+        return SparseIndex(seg.first_offset), False
+    dropped = trusted_prefix(fd, size, loaded)
+    return loaded, dropped == 0
+
+
+def tail(dir_index_path: str, seg: Segment) -> tuple[Walk, SparseIndex, bool]:
+    """Walk a segment from its last trusted index entry to its end (read only).
+
+    Returns the walk, the index completed on the way, and whether the index
+    file on disk already held exactly that index.
+    """
+    with open(seg.path, "rb") as f:
+        fd = f.fileno()
+        size = os.fstat(fd).st_size
+        index, on_disk = open_index(dir_index_path, seg, fd, size)
+        before = len(index)
+        w = walk(fd, index.tail(), size, index)
+    return w, index, on_disk and len(index) == before
+
+
+__all__ = ["Walk", "walk", "read_messages", "entry_is_valid", "trusted_prefix", "open_index", "tail", "NO_TIMESTAMP"]

@@ -1,0 +1,82 @@
+"""Wake-ups on changes in a directory, through one shared watchdog observer.
+
+Scanners subscribe to their journal's segment directory; a change (a segment
+created, appended to, truncated, removed) sets their threading.Event. Watches of
+the same directory are shared and reference-counted.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.observers import Observer
+from watchdog.observers.api import BaseObserver, ObservedWatch
+
+log = logging.getLogger("sej.watch")
+
+_lock = threading.Lock()
+_observer: BaseObserver | None = None
+_watches: dict[str, tuple[ObservedWatch, int]] = {}
+
+
+class Wakeup(FileSystemEventHandler):
+    """Sets `event` on any change under the watched directory; `created` on new entries."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.event = threading.Event()
+        self.created = False
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        if event.event_type in ("created", "moved", "deleted"):
+            self.created = True
+        self.event.set()
+
+
+def _shared_observer() -> BaseObserver:
+    global _observer
+    if _observer is None or not _observer.is_alive():
+        _observer = Observer()
+        _observer.daemon = True
+        _observer.start()
+    return _observer
+
+
+class Subscription:
+    """A Wakeup attached to a directory until `close()`."""
+
+    def __init__(self, path: str, wakeup: Wakeup) -> None:
+        self.path = path
+        self.wakeup = wakeup
+        with _lock:
+            obs = _shared_observer()
+            entry = _watches.get(path)
+            if entry is None:
+                watch = obs.schedule(wakeup, path, recursive=False)
+                _watches[path] = (watch, 1)
+            else:
+                watch, count = entry
+                obs.add_handler_for_watch(wakeup, watch)
+                _watches[path] = (watch, count + 1)
+        self._open = True
+
+    def close(self) -> None:
+        if not self._open:
+            return
+        self._open = False
+        with _lock:
+            obs = _observer
+            watch, count = _watches[self.path]
+            if obs is None:
+                return
+            if count == 1:
+                del _watches[self.path]
+                try:
+                    obs.unschedule(watch)
+                except (KeyError, OSError) as e:  # the directory may be gone already
+                    log.debug("unschedule %s: %s", self.path, e)
+            else:
+                _watches[self.path] = (watch, count - 1)
+                obs.remove_handler_for_watch(self.wakeup, watch)

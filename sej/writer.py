@@ -1,0 +1,439 @@
+"""The journal writer: one per journal (file-locked), appending frames to the last segment.
+
+Durability (see docs/durability.md):
+
+- ``durability="buffered"`` (default): `append` returns with the message in this
+  process's buffer. `flush()` hands it to the OS (it then survives a crash of this
+  process); `sync()` also fsyncs it (it then survives a power loss).
+- ``durability="flush"``: every `append` returns with the message in the OS.
+- ``durability="sync"``: every `append` returns with the message fsynced. Threads
+  appending at once share fsyncs (group commit): one thread fsyncs for all the
+  messages written so far while the others wait for it.
+
+`close()` flushes and fsyncs. A segment is fsynced before the writer moves on to
+the next one, and a new segment's directory entry is fsynced when it is created.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from typing import Literal
+
+from . import index as idx
+from .errors import ClosedError, CorruptionError, InvalidArgumentError
+from .layout import (
+    index_dir,
+    index_path,
+    journal_path,
+    list_segments,
+    segment_dir,
+    segment_path,
+    writer_lock_path,
+)
+from .message import HEADER, MAX_OFFSET, NO_TIMESTAMP, check_fields
+from .lock import lock_file, unlock_file
+from .recovery import fsync_dir, recover_tail
+
+Durability = Literal["buffered", "flush", "sync"]
+DURABILITIES = ("buffered", "flush", "sync")
+
+_time_ns = time.time_ns
+_fdatasync = getattr(os, "fdatasync", os.fsync)
+
+
+def _frame_struct(klen: int, vlen: int) -> struct.Struct:
+    return struct.Struct(f">QqBb{klen}si{vlen}si")
+
+
+class Writer:
+    """Appends messages to the journal in `dir`, creating it if needed.
+
+    Opening validates the tail of the last segment: a torn or corrupt tail is cut
+    back to the last whole message and the cut bytes are moved to a quarantine file
+    beside the segment (see `recovered`); with ``strict=True`` the writer refuses to
+    open instead and raises CorruptionError, changing nothing.
+    """
+
+    def __init__(
+        self,
+        dir: str | os.PathLike[str],
+        segment_size: int = 1 << 30,
+        *,
+        durability: Durability = "buffered",
+        buffer_size: int = 1 << 16,
+        strict: bool = False,
+        start_offset: int = 0,
+    ) -> None:
+        self.dir = journal_path(dir)
+        _check_int("segment_size", segment_size, 1, 1 << 62)
+        _check_int("buffer_size", buffer_size, 0, 1 << 40)
+        _check_int("start_offset", start_offset, 0, MAX_OFFSET)
+        if durability not in DURABILITIES:
+            raise InvalidArgumentError(f"durability must be one of {DURABILITIES}, got {durability!r}")
+        self.segment_size = segment_size
+        self.durability: Durability = durability
+        self._buffer_size = buffer_size if durability == "buffered" else 0
+        self._sync_each = durability == "sync"
+        if os.path.exists(self.dir) and not os.path.isdir(self.dir):
+            raise InvalidArgumentError(f"journal directory {self.dir} exists and is not a directory")
+        os.makedirs(segment_dir(self.dir), exist_ok=True)
+        os.makedirs(index_dir(self.dir), exist_ok=True)
+        self._lock_fh = lock_file(writer_lock_path(self.dir))
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(threading.Lock())
+        self._syncing = False
+        self._written = 0  # bytes handed to the OS by this writer
+        self._durable = 0  # of those, bytes known to be fsynced
+        self._retired: list[object] = []  # finished segment files a running fsync may still use
+        self._structs: dict[tuple[int, int], struct.Struct] = {}
+        self._buf: bytearray | None = bytearray()
+        self.recovered: CorruptionError | None = None
+        """What startup recovery cut from the last segment, if anything."""
+        try:
+            self._open_last(strict, start_offset)
+        except BaseException:
+            self._buf = None
+            unlock_file(self._lock_fh)
+            raise
+
+    # -- opening and rolling -------------------------------------------------
+
+    def _open_last(self, strict: bool, start_offset: int) -> None:
+        segments = list_segments(self.dir)
+        if not segments:
+            self._start_segment(start_offset)
+            return
+        seg = segments[-1]
+        tail = recover_tail(self.dir, seg, strict)
+        self.recovered = tail.cut
+        self._file = open(seg.path, "ab", buffering=0)
+        self._fd = self._file.fileno()
+        self._next = tail.walk.next_offset
+        self._size = tail.walk.end
+        self._max_ts = tail.walk.max_ts
+        self._set_index(seg.first_offset, tail.index, tail.index_on_disk)
+        if self._size >= self.segment_size:
+            self._roll()
+
+    def _set_index(self, first: int, index: idx.SparseIndex, on_disk: bool) -> None:
+        self._index = idx.Appender(index_path(self.dir, first), index, on_disk)
+        self._index_next = index.tail().position + idx.INTERVAL if len(index) else 0
+
+    def _start_segment(self, first: int) -> None:
+        path = segment_path(self.dir, first)
+        self._file = open(path, "ab", buffering=0)
+        self._fd = self._file.fileno()
+        fsync_dir(segment_dir(self.dir))
+        self._next = first
+        self._size = os.fstat(self._fd).st_size  # 0 unless an empty segment was left by a crash
+        self._max_ts = NO_TIMESTAMP
+        self._set_index(first, idx.SparseIndex(first), False)
+
+    def _roll(self) -> None:
+        """Finish the current segment (flush, fsync) and start the next. Holds self._lock."""
+        self._spill()
+        self._index.close()
+        os.fsync(self._fd)
+        with self._cond:
+            self._durable = self._written
+            self._retired.append(self._file)
+            if not self._syncing:
+                self._close_retired()
+            self._cond.notify_all()
+        self._start_segment(self._next)
+
+    def _close_retired(self) -> None:
+        for f in self._retired:
+            f.close()  # type: ignore[attr-defined]
+        self._retired.clear()
+
+    # -- appending -------------------------------------------------------------
+
+    def append(self, value: bytes, key: bytes = b"", type: int = 0, timestamp: int | None = None) -> int:
+        """Append one message; return its offset.
+
+        `timestamp` is int ns since the Unix epoch; None means now, and
+        `sej.NO_TIMESTAMP` writes the "no timestamp" sentinel.
+        """
+        if timestamp is None:
+            timestamp = _time_ns()
+        with self._lock:
+            buf = self._buf
+            if buf is None:
+                raise ClosedError(f"writer of {self.dir} is closed")
+            off = self._next
+            try:
+                klen = len(key)
+                vlen = len(value)
+                st = self._structs.get((klen, vlen))
+                if st is None:
+                    st = self._new_struct(key, value)
+                frame = st.pack(off, timestamp, type, klen, key, vlen, value, klen + vlen + 26)
+            except (struct.error, TypeError, OverflowError) as e:
+                raise _bad_input(off, timestamp, type, key, value, e) from None
+            buf += frame
+            self._next = off + 1
+            pos = self._size
+            self._size = pos + len(frame)
+            if pos >= self._index_next:
+                self._index.index.add(off, pos, self._max_ts)
+                self._index_next = pos + idx.INTERVAL
+            if timestamp > self._max_ts:
+                self._max_ts = timestamp
+            if len(buf) >= self._buffer_size:
+                self._spill()
+                if self._size >= self.segment_size:
+                    self._roll()
+            elif self._size >= self.segment_size:
+                self._roll()
+            if not self._sync_each:
+                return off
+            ticket = self._written
+        self._wait_durable(ticket)
+        return off
+
+    def _new_struct(self, key: object, value: object) -> struct.Struct:
+        # 's' fields would silently pad or cut anything whose len() is not its byte size.
+        for name, obj in (("key", key), ("value", value)):
+            if not isinstance(obj, (bytes, bytearray)):
+                if isinstance(obj, memoryview) and obj.contiguous:
+                    raise InvalidArgumentError(f"{name} must be bytes or bytearray; pass bytes({name}) for a memoryview")
+                raise InvalidArgumentError(f"{name} must be bytes, got {type(obj).__name__}")
+        klen, vlen = len(key), len(value)  # type: ignore[arg-type]
+        check_fields(0, 0, 0, key, value)
+        st = _frame_struct(klen, vlen)
+        if len(self._structs) > 4096:
+            self._structs.clear()
+        self._structs[(klen, vlen)] = st
+        return st
+
+    def append_many(
+        self,
+        values: Iterable[bytes],
+        key: bytes = b"",
+        type: int = 0,
+        timestamp: int | None = None,
+        *,
+        keys: Iterable[bytes] | None = None,
+    ) -> range:
+        """Append many messages with one type and timestamp; return their offsets.
+
+        All messages get `key`, or with `keys` one key each (same length as
+        `values`). Faster than calling `append` in a loop.
+        """
+        if timestamp is None:
+            timestamp = _time_ns()
+        vals: Sequence[bytes] = values if isinstance(values, (list, tuple)) else list(values)
+        keyseq: Sequence[bytes] | None = None
+        if keys is not None:
+            keyseq = keys if isinstance(keys, (list, tuple)) else list(keys)
+            if len(keyseq) != len(vals):
+                raise InvalidArgumentError(f"keys has {len(keyseq)} items but values has {len(vals)}")
+        try:
+            HEADER.pack(0, timestamp, type, 0)
+        except (struct.error, TypeError, OverflowError) as e:
+            raise _bad_input(0, timestamp, type, b"", b"", e) from None
+        with self._lock:
+            if self._buf is None:
+                raise ClosedError(f"writer of {self.dir} is closed")
+            first = self._next
+            i = 0
+            n = len(vals)
+            while i < n:
+                i = self._encode_run(vals, key, keyseq, type, timestamp, i)
+                if self._size >= self.segment_size:
+                    self._roll()
+            if not self._sync_each:
+                return range(first, self._next)
+            ticket = self._written
+        self._wait_durable(ticket)
+        return range(first, self._next)
+
+    def _encode_run(
+        self,
+        vals: Sequence[bytes],
+        key: bytes,
+        keys: Sequence[bytes] | None,
+        typ: int,
+        ts: int,
+        i: int,
+    ) -> int:
+        """Encode vals[i:] into the buffer until the segment is full; return where it stopped."""
+        buf = self._buf
+        assert buf is not None
+        structs = self._structs
+        new_struct = self._new_struct
+        index = self._index.index
+        off = self._next
+        pos = self._size
+        index_next = self._index_next
+        limit = self.segment_size
+        max_ts = self._max_ts
+        spill_at = self._buffer_size
+        parts: list[bytes] = []
+        add = parts.append
+        n = len(vals)
+        klen = len(key)
+        try:
+            while i < n:
+                value = vals[i]
+                if keys is not None:
+                    key = keys[i]
+                    klen = len(key)
+                vlen = len(value)
+                st = structs.get((klen, vlen))
+                if st is None:
+                    st = new_struct(key, value)
+                size = klen + vlen + 26
+                add(st.pack(off, ts, typ, klen, key, vlen, value, size))
+                if pos >= index_next:
+                    index.add(off, pos, max_ts)
+                    index_next = pos + idx.INTERVAL
+                if ts > max_ts:
+                    max_ts = ts
+                off += 1
+                pos += size
+                i += 1
+                if pos >= limit:
+                    break
+        except (struct.error, TypeError, OverflowError) as e:
+            raise _bad_input(off, ts, typ, key, vals[i], e) from None
+        finally:
+            # Whatever was encoded is committed, so offsets, sizes and the index stay consistent.
+            buf += b"".join(parts)
+            self._next = off
+            self._size = pos
+            self._index_next = index_next
+            self._max_ts = max_ts
+            if len(buf) >= spill_at:
+                self._spill()
+        return i
+
+    # -- flushing and syncing --------------------------------------------------
+
+    def _spill(self) -> None:
+        """Write the buffer to the OS. Holds self._lock."""
+        buf = self._buf
+        if buf:
+            view = memoryview(buf)
+            done = 0
+            try:
+                while done < len(view):
+                    done += os.write(self._fd, view[done:])
+            finally:
+                view.release()
+                self._written += done
+                del buf[:done]
+
+    def flush(self) -> None:
+        """Hand every appended message to the OS: readers see it, a crash of this process keeps it."""
+        with self._lock:
+            if self._buf is None:
+                raise ClosedError(f"writer of {self.dir} is closed")
+            self._spill()
+            self._index.flush()
+
+    def sync(self) -> None:
+        """flush(), then fsync: every appended message survives a power loss."""
+        with self._lock:
+            if self._buf is None:
+                raise ClosedError(f"writer of {self.dir} is closed")
+            self._spill()
+            self._index.flush()
+            ticket = self._written
+        self._wait_durable(ticket)
+
+    def _wait_durable(self, ticket: int) -> None:
+        """Return once the first `ticket` written bytes are fsynced (group commit)."""
+        cond = self._cond
+        with cond:
+            while self._durable < ticket:
+                if not self._syncing:
+                    self._syncing = True
+                    break
+                cond.wait()
+            else:
+                return
+        # This thread leads: one fsync covers everything written until now.
+        target = 0
+        ok = False
+        try:
+            with self._lock:
+                target = self._written
+                fd = self._fd
+            _fdatasync(fd)
+            ok = True
+        finally:
+            with cond:
+                self._syncing = False
+                if ok and target > self._durable:
+                    self._durable = target
+                cond.notify_all()
+        if self._retired:
+            with self._lock, cond:
+                if not self._syncing:
+                    self._close_retired()
+
+    # -- state -----------------------------------------------------------------
+
+    @property
+    def next_offset(self) -> int:
+        """Offset the next appended message will get."""
+        return self._next
+
+    @property
+    def closed(self) -> bool:
+        return self._buf is None
+
+    def close(self) -> None:
+        """Flush, fsync and close; release the lock (the lock file stays). Idempotent."""
+        with self._lock:
+            if self._buf is None:
+                return
+            self._spill()
+            self._index.flush()
+            ticket = self._written
+        self._wait_durable(ticket)
+        with self._lock:
+            if self._buf is None:
+                return
+            self._buf = None
+            with self._cond:
+                self._close_retired()
+            self._index.close()
+            self._file.close()
+            unlock_file(self._lock_fh)
+
+    def __enter__(self) -> Writer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"next_offset={self._next}"
+        return f"Writer({self.dir!r}, {state}, durability={self.durability!r})"
+
+
+def _bad_input(off: int, ts: object, typ: object, key: object, value: object, exc: Exception) -> Exception:
+    """The InvalidArgumentError that names what made encoding fail."""
+    try:
+        check_fields(off, ts, typ, key, value)
+        for name, obj in (("key", key), ("value", value)):
+            if not isinstance(obj, (bytes, bytearray)):
+                return InvalidArgumentError(f"{name} must be bytes or bytearray, got {type(obj).__name__}")
+    except InvalidArgumentError as e:
+        return e
+    return InvalidArgumentError(f"cannot encode message at offset {off}: {exc}")
+
+
+def _check_int(name: str, value: object, lo: int, hi: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+        raise InvalidArgumentError(f"{name} must be an int in {lo}..{hi}, got {value!r}")
+
+
+__all__ = ["Writer", "Durability", "DURABILITIES"]
