@@ -6,10 +6,9 @@ import os
 
 from . import layout
 from .errors import CorruptionError, InvalidArgumentError
-from .index import Entry
 from .layout import Segment, index_path, journal_path, list_segments
-from .message import I32, NO_TIMESTAMP, OVERHEAD, Message, decode_batch
-from .segment import open_index, read_messages, tail
+from .message import I32, OVERHEAD, Message, decode_batch
+from .segment import read_messages, seek_entry, tail
 
 
 def first_offset(dir: str | os.PathLike[str]) -> int:
@@ -80,20 +79,19 @@ def offset_at_time(dir: str | os.PathLike[str], ts: int) -> int:
         raise InvalidArgumentError(f"time must be int nanoseconds since the Unix epoch, got {ts!r}")
     path = journal_path(dir)
     segments = list_segments(path)
-    for seg in segments:
-        found = _offset_at_time_in(path, seg, ts)
+    for i, seg in enumerate(segments):
+        found = _offset_at_time_in(path, seg, ts, i == len(segments) - 1)
         if found is not None:
             return found
     return next_offset(path)
 
 
-def _offset_at_time_in(dir: str, seg: Segment, ts: int) -> int | None:
+def _offset_at_time_in(dir: str, seg: Segment, ts: int, is_last: bool) -> int | None:
     with open(seg.path, "rb") as f:
         fd = f.fileno()
         size = os.fstat(fd).st_size
-        index, _ = open_index(index_path(dir, seg.first_offset), seg, fd, size)
-        i = index.floor_time(ts)
-        start = index[i] if i >= 0 else Entry(seg.first_offset, 0, NO_TIMESTAMP)
+        ipath = index_path(dir, seg.first_offset)
+        start = seek_entry(ipath, seg, fd, size, is_last, lambda index: index.floor_time(ts))
         pos, off = start.position, start.offset
         while pos < size:
             msgs, used, _problem = read_messages(fd, pos, off, size)

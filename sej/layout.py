@@ -1,10 +1,10 @@
 """Names and paths of a journal directory (no file contents are read here).
 
-    <dir>/jnl.lck              the writer's lock
-    <dir>/jnl/%016x.jnl        segments, named by the offset of their first message
-    <dir>/idx/%016x.idx        sparse index of each segment (derived data, sej only)
-    <dir>/ofs/<reader>.ofs     a reader's next offset, 8 bytes big-endian
-    <dir>/ofs/<reader>.lck     that reader's lock
+<dir>/jnl.lck              the writer's lock
+<dir>/jnl/%016x.jnl        segments, named by the offset of their first message
+<dir>/idx/%016x.idx        sparse index of each segment (derived data, sej only)
+<dir>/ofs/<reader>.ofs     a reader's next offset, 8 bytes big-endian
+<dir>/ofs/<reader>.lck     that reader's lock
 """
 
 from __future__ import annotations

@@ -10,11 +10,10 @@ from operator import length_hint
 from typing import Literal
 
 from .errors import ClosedError, CorruptionError, InvalidArgumentError, OffsetOutOfRangeError, TruncatedError
-from .index import Entry
 from .journal import next_offset, offset_at_time
 from .layout import Segment, find_segment, index_path, journal_path, list_segments, segment_dir, segment_path
-from .message import MAX_OFFSET, NO_TIMESTAMP, Message
-from .segment import open_index, read_messages
+from .message import MAX_OFFSET, Message
+from .segment import read_messages, seek_entry
 from .watch import Subscription, Wakeup
 
 _EMPTY: list[Message] = []
@@ -129,12 +128,13 @@ class Scanner:
         if i < 0:
             raise OffsetOutOfRangeError(offset, segments[0].first_offset, next_offset(self.dir))
         seg = self._seg = _Open(segments[i])
-        index, _ = open_index(index_path(self.dir, seg.first), segments[i], seg.fd, os.fstat(seg.fd).st_size)
-        k = index.floor_offset(offset)
-        start = index[k] if k >= 0 else Entry(seg.first, 0, NO_TIMESTAMP)
+        last = i == len(segments) - 1
+        size = os.fstat(seg.fd).st_size
+        ipath = index_path(self.dir, seg.first)
+        start = seek_entry(ipath, segments[i], seg.fd, size, last, lambda index: index.floor_offset(offset))
         seg.pos, seg.offset = start.position, start.offset
         self._want = offset
-        self._skip(last=i == len(segments) - 1)
+        self._skip(last)
 
     def _skip(self, last: bool) -> None:
         """Read forward to self._want inside the current segment."""
@@ -289,7 +289,7 @@ def to_ns(ts: object) -> int:
     if isinstance(ts, _dt.datetime):
         if ts.tzinfo is None:
             raise InvalidArgumentError(f"datetime must be timezone-aware, got {ts!r}")
-        delta = ts - _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+        delta = ts - _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
         return (delta.days * 86400 + delta.seconds) * 10**9 + delta.microseconds * 1000
     if isinstance(ts, int) and not isinstance(ts, bool):
         return ts

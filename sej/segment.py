@@ -7,6 +7,7 @@ shrinks under a mapping kills the process with SIGBUS) and never writes the segm
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import NamedTuple
 
 from . import index as idx
@@ -165,6 +166,49 @@ def open_index(dir_index_path: str, seg: Segment, fd: int, size: int) -> tuple[S
     return loaded, dropped == 0
 
 
+def seek_index(dir_index_path: str, seg: Segment, fd: int, size: int, is_last: bool) -> SparseIndex:
+    """A trusted index of the segment for seeking, rebuilt when missing or stale.
+
+    A rebuilt index of a finished segment is saved; the last segment's index file
+    belongs to its writer, so that one is rebuilt in memory only.
+    """
+    index, on_disk = open_index(dir_index_path, seg, fd, size)
+    if on_disk and len(index):
+        return index
+    return rebuild_index(dir_index_path, seg, fd, size, is_last, index)
+
+
+def rebuild_index(
+    dir_index_path: str, seg: Segment, fd: int, size: int, is_last: bool, index: SparseIndex | None = None
+) -> SparseIndex:
+    """Complete `index` (default: a new one) by walking the segment; save it if the segment is finished."""
+    if index is None:
+        index = SparseIndex(seg.first_offset)
+    walk(fd, index.tail(), size, index)
+    if not is_last:
+        try:
+            idx.save(dir_index_path, index)
+        except OSError:
+            pass  # a read-only journal: the index is derived data, seeking still works
+    return index
+
+
+def seek_entry(
+    dir_index_path: str, seg: Segment, fd: int, size: int, is_last: bool, pick: Callable[[SparseIndex], int]
+) -> Entry:
+    """The index entry `pick` chooses, checked against the segment (the index is rebuilt if it is wrong)."""
+    index = seek_index(dir_index_path, seg, fd, size, is_last)
+    for _ in range(2):
+        i = pick(index)
+        if i < 0:
+            return Entry(seg.first_offset, 0, NO_TIMESTAMP)
+        entry = index[i]
+        if entry_is_valid(fd, size, entry):
+            return entry
+        index = rebuild_index(dir_index_path, seg, fd, size, is_last)
+    raise AssertionError(f"{seg.path}: a freshly built index entry does not match the segment")
+
+
 def tail(dir_index_path: str, seg: Segment) -> tuple[Walk, SparseIndex, bool]:
     """Walk a segment from its last trusted index entry to its end (read only).
 
@@ -180,4 +224,15 @@ def tail(dir_index_path: str, seg: Segment) -> tuple[Walk, SparseIndex, bool]:
     return w, index, on_disk and len(index) == before
 
 
-__all__ = ["Walk", "walk", "read_messages", "entry_is_valid", "trusted_prefix", "open_index", "tail", "NO_TIMESTAMP"]
+__all__ = [
+    "Walk",
+    "walk",
+    "read_messages",
+    "seek_index",
+    "seek_entry",
+    "entry_is_valid",
+    "trusted_prefix",
+    "open_index",
+    "tail",
+    "NO_TIMESTAMP",
+]

@@ -27,7 +27,7 @@ class Wakeup(FileSystemEventHandler):
     def __init__(self) -> None:
         super().__init__()
         self.event = threading.Event()
-        self.created = False
+        self.created = True  # nothing seen yet: the first check must look
 
     def on_any_event(self, event: FileSystemEvent) -> None:
         if event.event_type in ("created", "moved", "deleted"):

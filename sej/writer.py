@@ -34,8 +34,8 @@ from .layout import (
     segment_path,
     writer_lock_path,
 )
-from .message import HEADER, MAX_OFFSET, NO_TIMESTAMP, check_fields
 from .lock import lock_file, unlock_file
+from .message import HEADER, MAX_OFFSET, NO_TIMESTAMP, check_fields
 from .recovery import fsync_dir, recover_tail
 
 Durability = Literal["buffered", "flush", "sync"]
@@ -201,7 +201,9 @@ class Writer:
         for name, obj in (("key", key), ("value", value)):
             if not isinstance(obj, (bytes, bytearray)):
                 if isinstance(obj, memoryview) and obj.contiguous:
-                    raise InvalidArgumentError(f"{name} must be bytes or bytearray; pass bytes({name}) for a memoryview")
+                    raise InvalidArgumentError(
+                        f"{name} must be bytes or bytearray; pass bytes({name}) for a memoryview"
+                    )
                 raise InvalidArgumentError(f"{name} must be bytes, got {type(obj).__name__}")
         klen, vlen = len(key), len(value)  # type: ignore[arg-type]
         check_fields(0, 0, 0, key, value)
@@ -328,6 +330,7 @@ class Writer:
                 view.release()
                 self._written += done
                 del buf[:done]
+            self._index.flush()  # after the data it points to
 
     def flush(self) -> None:
         """Hand every appended message to the OS: readers see it, a crash of this process keeps it."""
