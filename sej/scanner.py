@@ -171,7 +171,8 @@ class Scanner:
             if msgs:
                 return msgs
             nxt = segment_path(self.dir, seg.offset)
-            if not os.path.exists(nxt):
+            # The next segment is named after the offset that follows this one's last message.
+            if seg.offset == seg.first or not os.path.exists(nxt):
                 if self._wakeup.created:
                     self._wakeup.created = False
                     self._check_no_gap(seg)
