@@ -7,9 +7,9 @@ then 24-byte entries, all big-endian::
 
     offset u64 | position u64 | max_ts i64
 
-`max_ts` is the largest timestamp of the messages before `position` in the
-segment (NO_TIMESTAMP when there are none), so it never decreases and a seek by
-time is a binary search too.
+`max_ts` is the largest timestamp of the segment's messages up to and including
+the one at `position` (NO_TIMESTAMP counts as the smallest), so it never decreases
+and a seek by time is a binary search too.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ INTERVAL = 4096
 
 
 class Entry(NamedTuple):
-    offset: int
-    position: int
-    max_ts: int
+    offset: int  # the message at `position`
+    position: int  # its byte position in the segment
+    max_ts: int  # largest timestamp of the segment's messages up to and including it
 
 
 class SparseIndex:
@@ -65,7 +65,7 @@ class SparseIndex:
         return bisect_right(range(len(self)), offset, key=lambda i: self._field(i, 0)) - 1
 
     def floor_time(self, ts: int) -> int:
-        """Index of the last entry whose max_ts < ts: every message before it is older than ts (-1 if none)."""
+        """Index of the last entry whose max_ts < ts: it and every message before it are older (-1 if none)."""
         return bisect_left(range(len(self)), ts, key=lambda i: self._field(i, 2)) - 1
 
     def truncate(self, count: int) -> None:

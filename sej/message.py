@@ -106,6 +106,15 @@ def decode(buf: bytes | bytearray | memoryview, pos: int = 0, expect: int | None
     Raises FrameError when the bytes are incomplete or invalid, or when `expect`
     is given and the frame's offset differs.
     """
+    if not isinstance(buf, (bytes, bytearray, memoryview)):
+        raise InvalidArgumentError(f"buf must be bytes, got {_short(buf)}")
+    if not isinstance(pos, int) or isinstance(pos, bool) or not 0 <= pos <= len(buf):
+        raise InvalidArgumentError(f"pos must be an int in 0..{len(buf)}, got {pos!r}")
+    if expect is not None and (not isinstance(expect, int) or isinstance(expect, bool)):
+        raise InvalidArgumentError(f"expect must be an int offset or None, got {expect!r}")
+    if isinstance(buf, memoryview):
+        buf = buf.cast("B") if buf.format != "B" else buf
+        buf = bytes(buf)  # so the key and value come out as bytes
     msgs, end, problem = decode_batch(buf, pos, len(buf), expect, 1)
     if msgs:
         return msgs[0], end

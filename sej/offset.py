@@ -17,11 +17,16 @@ U64 = struct.Struct(">Q")
 
 
 def read_offset_file(path: str) -> int | None:
-    """The offset stored in an .ofs file; None if there is no file; CorruptionError if malformed."""
+    """The offset stored in an .ofs file; None if nothing is committed; CorruptionError if malformed.
+
+    An empty file means nothing committed, as in the Go original (its NewOffset creates one).
+    """
     try:
         with open(path, "rb") as f:
             raw = f.read(9)
     except FileNotFoundError:
+        return None
+    if not raw:
         return None
     if len(raw) != 8:
         raise CorruptionError(path, 0, f"offset file holds {len(raw) if len(raw) < 9 else 'more than 8'} bytes, not 8")

@@ -23,7 +23,7 @@ class Walk(NamedTuple):
 
     end: int  # position after the last whole, valid frame
     next_offset: int  # offset of the next frame
-    max_ts: int  # largest timestamp seen before `end` (index semantics)
+    max_ts: int  # largest timestamp of the frames before `end`
     problem: Problem | None  # why it stopped before `size`; None at a clean end
     size: int  # the file size the walk went to
 
@@ -62,11 +62,11 @@ def walk(
             nxt = vpos + 8 + vs
             if vs < 0 or nxt > n or unpack_i32(data, nxt - 4)[0] != nxt - p:
                 break
+            if ts > max_ts:
+                max_ts = ts
             if pos + p >= next_entry:
                 index.add(offset, pos + p, max_ts)  # type: ignore[union-attr]
                 next_entry = pos + p + idx.INTERVAL
-            if ts > max_ts:
-                max_ts = ts
             offset += 1
             p = nxt
         pos += p

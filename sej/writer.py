@@ -84,12 +84,14 @@ class Writer:
         os.makedirs(index_dir(self.dir), exist_ok=True)
         self._lock_fh = lock_file(writer_lock_path(self.dir))
         self._lock = threading.Lock()
+        self._acquire = self._lock.acquire  # bound once: half the cost of `with self._lock`
+        self._release = self._lock.release
         self._cond = threading.Condition(threading.Lock())
         self._syncing = False
         self._written = 0  # bytes handed to the OS by this writer
         self._durable = 0  # of those, bytes known to be fsynced
         self._retired: list[object] = []  # finished segment files a running fsync may still use
-        self._structs: dict[tuple[int, int], struct.Struct] = {}
+        self._structs: dict[int, struct.Struct] = {}
         self._buf: bytearray | None = bytearray()
         self.recovered: CorruptionError | None = None
         """What startup recovery cut from the last segment, if anything."""
@@ -115,13 +117,23 @@ class Writer:
         self._next = tail.walk.next_offset
         self._size = tail.walk.end
         self._max_ts = tail.walk.max_ts
+        # Like the Go writer, a last segment already at segment_size takes one more message
+        # before the roll: the files stay byte-identical with what Go would write.
         self._set_index(seg.first_offset, tail.index, tail.index_on_disk)
-        if self._size >= self.segment_size:
-            self._roll()
 
     def _set_index(self, first: int, index: idx.SparseIndex, on_disk: bool) -> None:
         self._index = idx.Appender(index_path(self.dir, first), index, on_disk)
         self._index_next = index.tail().position + idx.INTERVAL if len(index) else 0
+        self._spilled_at = self._size
+        self._set_mark()
+
+    def _set_mark(self) -> None:
+        """The segment size at which `append` must leave its fast path.
+
+        One threshold stands for three: the next index entry is due, the buffer is
+        full, or the segment is full.
+        """
+        self._mark = min(self._index_next, self._spilled_at + self._buffer_size, self.segment_size)
 
     def _start_segment(self, first: int) -> None:
         path = segment_path(self.dir, first)
@@ -161,7 +173,8 @@ class Writer:
         """
         if timestamp is None:
             timestamp = _time_ns()
-        with self._lock:
+        self._acquire()
+        try:
             buf = self._buf
             if buf is None:
                 raise ClosedError(f"writer of {self.dir} is closed")
@@ -169,32 +182,39 @@ class Writer:
             try:
                 klen = len(key)
                 vlen = len(value)
-                st = self._structs.get((klen, vlen))
+                st = self._structs.get(klen << 32 | vlen)
                 if st is None:
                     st = self._new_struct(key, value)
-                frame = st.pack(off, timestamp, type, klen, key, vlen, value, klen + vlen + 26)
+                n = klen + vlen + 26
+                buf += st.pack(off, timestamp, type, klen, key, vlen, value, n)
             except (struct.error, TypeError, OverflowError) as e:
                 raise _bad_input(off, timestamp, type, key, value, e) from None
-            buf += frame
             self._next = off + 1
             pos = self._size
-            self._size = pos + len(frame)
-            if pos >= self._index_next:
-                self._index.index.add(off, pos, self._max_ts)
-                self._index_next = pos + idx.INTERVAL
+            size = self._size = pos + n
             if timestamp > self._max_ts:
                 self._max_ts = timestamp
-            if len(buf) >= self._buffer_size:
-                self._spill()
-                if self._size >= self.segment_size:
-                    self._roll()
-            elif self._size >= self.segment_size:
-                self._roll()
+            if size < self._mark:
+                return off
+            self._crossed_mark(off, pos)
             if not self._sync_each:
                 return off
             ticket = self._written
+        finally:
+            self._release()
         self._wait_durable(ticket)
         return off
+
+    def _crossed_mark(self, off: int, pos: int) -> None:
+        """The slow part of an append of the frame `off` at `pos`: index, spill, roll."""
+        if pos >= self._index_next:
+            self._index.index.add(off, pos, self._max_ts)
+            self._index_next = pos + idx.INTERVAL
+        if self._size - self._spilled_at >= self._buffer_size:
+            self._spill()
+        if self._size >= self.segment_size:
+            self._roll()
+        self._set_mark()
 
     def _new_struct(self, key: object, value: object) -> struct.Struct:
         # 's' fields would silently pad or cut anything whose len() is not its byte size.
@@ -210,7 +230,7 @@ class Writer:
         st = _frame_struct(klen, vlen)
         if len(self._structs) > 4096:
             self._structs.clear()
-        self._structs[(klen, vlen)] = st
+        self._structs[klen << 32 | vlen] = st
         return st
 
     def append_many(
@@ -287,16 +307,16 @@ class Writer:
                     key = keys[i]
                     klen = len(key)
                 vlen = len(value)
-                st = structs.get((klen, vlen))
+                st = structs.get(klen << 32 | vlen)
                 if st is None:
                     st = new_struct(key, value)
                 size = klen + vlen + 26
                 add(st.pack(off, ts, typ, klen, key, vlen, value, size))
+                if ts > max_ts:
+                    max_ts = ts
                 if pos >= index_next:
                     index.add(off, pos, max_ts)
                     index_next = pos + idx.INTERVAL
-                if ts > max_ts:
-                    max_ts = ts
                 off += 1
                 pos += size
                 i += 1
@@ -311,8 +331,9 @@ class Writer:
             self._size = pos
             self._index_next = index_next
             self._max_ts = max_ts
-            if len(buf) >= spill_at:
+            if pos - self._spilled_at >= spill_at:
                 self._spill()
+            self._set_mark()
         return i
 
     # -- flushing and syncing --------------------------------------------------
@@ -330,6 +351,8 @@ class Writer:
                 view.release()
                 self._written += done
                 del buf[:done]
+                self._spilled_at = self._size - len(buf)
+                self._set_mark()
             self._index.flush()  # after the data it points to
 
     def flush(self) -> None:

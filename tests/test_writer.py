@@ -67,12 +67,14 @@ def test_writer_reopens_and_continues_from_next_offset(jdir: str) -> None:
     assert [m.offset for m in read_all(jdir)] == list(range(26))
 
 
-def test_reopen_rolls_when_last_segment_already_full(jdir: str) -> None:
+def test_reopen_on_a_full_last_segment_rolls_after_the_next_append_like_go(jdir: str) -> None:
     with sej.Writer(jdir) as w:
         w.append_many([b"x" * 50] * 10)
     with sej.Writer(jdir, segment_size=100) as w:
         w.append(b"after")
-    assert [s.first_offset for s in sej.list_segments(jdir)] == [0, 10]
+        w.append(b"next")
+    # "after" brings segment 0 past 100 bytes: it rolls, and "next" goes into segment 11.
+    assert [s.first_offset for s in sej.list_segments(jdir)] == [0, 11]
 
 
 def test_append_many_forms(jdir: str) -> None:
