@@ -139,10 +139,10 @@ def check_frame(buf: bytes | bytearray | memoryview, pos: int, end: int, expect:
     (vs,) = I32.unpack_from(buf, vpos)
     if vs < 0:
         return Problem(pos, f"negative value size {vs}", False)
-    total = OVERHEAD + ks + vs
+    total: int = OVERHEAD + ks + vs
     if total > avail:
         return Problem(pos, f"incomplete frame: {avail} of {total} bytes", True)
-    (size,) = I32.unpack_from(buf, pos + total - 4)
+    size: int = I32.unpack_from(buf, pos + total - 4)[0]
     if size != total:
         return Problem(pos, f"size field disagrees: says {size}, frame is {total} bytes", False)
     return pos + total
@@ -196,13 +196,3 @@ def decode_batch(
     problem = check_frame(buf, pos, end, expect)
     assert not isinstance(problem, int), "decode_batch stopped at a valid frame"
     return out, pos, problem
-
-
-def last_frame_start(buf: bytes | bytearray | memoryview, end: int) -> int | None:
-    """Where the frame ending at `end` starts, read from its trailing size field (None if implausible)."""
-    if end < OVERHEAD:
-        return None
-    (size,) = I32.unpack_from(buf, end - 4)
-    if size < OVERHEAD or size > end:
-        return None
-    return end - size

@@ -24,7 +24,7 @@ class Tail(NamedTuple):
     """A segment's state after recovery."""
 
     walk: Walk  # walk.end is now the file size
-    index: SparseIndex
+    sparse_index: SparseIndex
     index_on_disk: bool
     cut: CorruptionError | None  # what was cut, if anything
 

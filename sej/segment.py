@@ -116,7 +116,7 @@ def _frame_total(data: bytes, p: int, n: int) -> int | None:
     ks = data[p + 17]
     if ks > 127 or p + 18 + ks + 4 > n:
         return None
-    (vs,) = I32.unpack_from(data, p + 18 + ks)
+    vs: int = I32.unpack_from(data, p + 18 + ks)[0]
     return OVERHEAD + ks + vs
 
 

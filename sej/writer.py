@@ -119,7 +119,7 @@ class Writer:
         self._max_ts = tail.walk.max_ts
         # Like the Go writer, a last segment already at segment_size takes one more message
         # before the roll: the files stay byte-identical with what Go would write.
-        self._set_index(seg.first_offset, tail.index, tail.index_on_disk)
+        self._set_index(seg.first_offset, tail.sparse_index, tail.index_on_disk)
 
     def _set_index(self, first: int, index: idx.SparseIndex, on_disk: bool) -> None:
         self._index = idx.Appender(index_path(self.dir, first), index, on_disk)
