@@ -170,30 +170,35 @@ class Scanner:
             msgs = seg.read(self._limit)
             if msgs:
                 return msgs
-            nxt = segment_path(self.dir, seg.offset)
             # The next segment is named after the offset that follows this one's last message.
+            nxt = segment_path(self.dir, seg.offset)
             if seg.offset == seg.first or not os.path.exists(nxt):
-                if self._wakeup.created:
-                    self._wakeup.created = False
-                    self._check_no_gap(seg)
-                seg.check_same_file()
-                return _EMPTY
-            # The writer finishes a segment before it creates the next: read what is left.
+                later = self._later_segment(seg)
+                if later is None:
+                    seg.check_same_file()
+                    return _EMPTY
+                nxt = later.path
+            # A later segment exists, so the writer has finished this one: read what is left.
             msgs = seg.read(self._limit)
             if msgs:
+                self._wakeup.created = True  # look at the later segment again after these
                 return msgs
             if seg.leftover() > 0:
                 raise CorruptionError(seg.path, seg.pos, "incomplete message at the end of a finished segment")
+            first = int(os.path.basename(nxt)[:16], 16)
+            if first != seg.offset:
+                raise CorruptionError(nxt, 0, f"gap: segment starts at offset {first}, expected {seg.offset}")
             seg.file.close()
             seg = self._seg = _Open(Segment(seg.offset, nxt))
         raise AssertionError("unreachable: more than 2**20 empty segments in a row")
 
-    def _check_no_gap(self, seg: _Open) -> None:
+    def _later_segment(self, seg: _Open) -> Segment | None:
+        """The first segment after `seg`, looked for only when the directory changed."""
+        if not self._wakeup.created:
+            return None
+        self._wakeup.created = False
         later = [s for s in list_segments(self.dir) if s.first_offset > seg.first]
-        if later and later[0].first_offset != seg.offset:
-            raise CorruptionError(
-                later[0].path, 0, f"gap: segment starts at offset {later[0].first_offset}, expected {seg.offset}"
-            )
+        return later[0] if later else None
 
     def _next_batch(self) -> bool:
         """Load the next batch, waiting up to the timeout; False if none came."""

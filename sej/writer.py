@@ -86,8 +86,13 @@ class Writer:
         self._lock = threading.Lock()
         self._acquire = self._lock.acquire  # bound once: half the cost of `with self._lock`
         self._release = self._lock.release
-        self._cond = threading.Condition(threading.Lock())
+        commit_lock = threading.Lock()
+        self._cond = threading.Condition(commit_lock)  # fsync progress
+        self._gathering = threading.Condition(commit_lock)  # a leader waiting for its group
         self._syncing = False
+        self._waiters = 0  # threads inside _wait_durable
+        self._last_group = 1  # how many of them the last fsync covered
+        self._fsync_seconds = 0.0  # how long it took
         self._written = 0  # bytes handed to the OS by this writer
         self._durable = 0  # of those, bytes known to be fsynced
         self._retired: list[object] = []  # finished segment files a running fsync may still use
@@ -377,16 +382,24 @@ class Writer:
         """Return once the first `ticket` written bytes are fsynced (group commit)."""
         cond = self._cond
         with cond:
-            while self._durable < ticket:
-                if not self._syncing:
-                    self._syncing = True
-                    break
-                cond.wait()
-            else:
-                return
+            self._waiters += 1
+            try:
+                while self._durable < ticket:
+                    if not self._syncing:
+                        self._syncing = True
+                        self._gather()
+                        group = self._waiters
+                        break
+                    self._gathering.notify()
+                    cond.wait()
+                else:
+                    return
+            finally:
+                self._waiters -= 1
         # This thread leads: one fsync covers everything written until now.
         target = 0
         ok = False
+        started = time.monotonic()
         try:
             with self._lock:
                 target = self._written
@@ -398,11 +411,31 @@ class Writer:
                 self._syncing = False
                 if ok and target > self._durable:
                     self._durable = target
+                    self._last_group = group
+                    self._fsync_seconds = time.monotonic() - started
                 cond.notify_all()
         if self._retired:
             with self._lock, cond:
                 if not self._syncing:
                     self._close_retired()
+
+    def _gather(self) -> None:
+        """Before fsyncing, wait briefly for as many waiters as the last fsync covered.
+
+        Without this, the threads the last fsync released come back just after the
+        next one started and wait a whole fsync more: two half-size groups alternate.
+        The wait is bounded by the last fsync's duration (and 2 ms), so at worst it
+        adds one fsync of latency; a lone thread never waits. Holds self._cond.
+        """
+        want = self._last_group
+        if self._waiters >= want:
+            return
+        deadline = time.monotonic() + min(self._fsync_seconds, 0.002)
+        while self._waiters < want:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            self._gathering.wait(remaining)
 
     # -- state -----------------------------------------------------------------
 

@@ -313,3 +313,30 @@ def test_big_messages_larger_than_the_read_chunk(jdir: str) -> None:
     assert [m.value for m in sej.last_messages(jdir, 2)] == [big, b"small2"]
     with sej.Writer(jdir) as w:
         assert w.next_offset == 3
+
+
+def test_rollover_between_read_and_directory_check_is_not_a_gap(jdir: str, monkeypatch) -> None:
+    """The writer fills and rolls the segment just after the scanner found it drained.
+
+    The interleaving is pinned by running the writer's append inside the scanner's
+    existence check for the next segment.
+    """
+    w = sej.Writer(jdir, segment_size=200, durability="flush")
+    w.append(b"a" * 10)
+    s = sej.Scanner(jdir, timeout=0)
+    assert offsets(s) == [0]
+    s._wakeup.created = True  # as after a directory event
+    real_exists = os.path.exists
+
+    def exists_after_a_rollover(path: str) -> bool:
+        monkeypatch.setattr(os.path, "exists", real_exists)
+        w.append(b"b" * 200)  # completes segment 0 and creates segment 2
+        return real_exists(path)
+
+    monkeypatch.setattr(os.path, "exists", exists_after_a_rollover)
+    assert offsets(s) == [1]
+    w.append(b"c")
+    w.flush()
+    assert offsets(s) == [2]
+    s.close()
+    w.close()
