@@ -20,6 +20,7 @@ import os
 import struct
 import threading
 import time
+import warnings
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
@@ -469,6 +470,15 @@ class Writer:
 
     def __enter__(self) -> Writer:
         return self
+
+    def __del__(self) -> None:
+        # Like an unclosed file: warn, and do not lose the buffer.
+        if getattr(self, "_buf", None) is not None and hasattr(self, "_index"):
+            warnings.warn(f"unclosed {self!r}", ResourceWarning, source=self, stacklevel=1)
+            try:
+                self.close()
+            except Exception:
+                pass
 
     def __exit__(self, *exc: object) -> None:
         self.close()

@@ -272,3 +272,12 @@ def test_close_syncs_and_flushes(jdir: str) -> None:
     w.append(b"z" * 10)
     w.close()
     assert os_visible_bytes(jdir) == OVERHEAD + 10
+
+
+def test_an_unclosed_writer_is_flushed_and_unlocked_when_collected(jdir: str) -> None:
+    w = sej.Writer(jdir)
+    w.append(b"not lost")
+    with pytest.warns(ResourceWarning, match="unclosed Writer"):
+        del w
+    assert [m.value for m in read_all(jdir)] == [b"not lost"]
+    sej.Writer(jdir).close()  # the lock was released
