@@ -98,6 +98,9 @@ class Writer:
         self._durable = 0  # of those, bytes known to be fsynced
         self._retired: list[object] = []  # finished segment files a running fsync may still use
         self._structs: dict[int, struct.Struct] = {}
+        self._last_struct = _frame_struct(0, 0)  # the frame struct of the last append, and its sizes
+        self._last_klen = 0
+        self._last_vlen = 0
         self._buf: bytearray | None = bytearray()
         self.recovered: CorruptionError | None = None
         """What startup recovery cut from the last segment, if anything."""
@@ -188,9 +191,10 @@ class Writer:
             try:
                 klen = len(key)
                 vlen = len(value)
-                st = self._structs.get(klen << 32 | vlen)
-                if st is None:
-                    st = self._new_struct(key, value)
+                if vlen == self._last_vlen and klen == self._last_klen:
+                    st = self._last_struct
+                else:
+                    st = self._struct_for(key, value, klen, vlen)
                 n = klen + vlen + 26
                 buf += st.pack(off, timestamp, type, klen, key, vlen, value, n)
             except (struct.error, TypeError, OverflowError) as e:
@@ -221,6 +225,14 @@ class Writer:
         if self._size >= self.segment_size:
             self._roll()
         self._set_mark()
+
+    def _struct_for(self, key: bytes, value: bytes, klen: int, vlen: int) -> struct.Struct:
+        """The frame struct for these sizes, remembered as the last one used."""
+        st = self._structs.get(klen << 32 | vlen) or self._new_struct(key, value)
+        self._last_struct = st
+        self._last_klen = klen
+        self._last_vlen = vlen
+        return st
 
     def _new_struct(self, key: object, value: object) -> struct.Struct:
         # 's' fields would silently pad or cut anything whose len() is not its byte size.
@@ -290,9 +302,7 @@ class Writer:
         ts: int,
         i: int,
     ) -> int:
-        """Encode vals[i:] into the buffer until the segment is full; return where it stopped."""
-        buf = self._buf
-        assert buf is not None
+        """Encode vals[i:] until the segment is full, and buffer or write it; return where it stopped."""
         structs = self._structs
         new_struct = self._new_struct
         index = self._index.index
@@ -300,12 +310,13 @@ class Writer:
         pos = self._size
         index_next = self._index_next
         limit = self.segment_size
-        max_ts = self._max_ts
-        spill_at = self._buffer_size
+        max_ts = self._max_ts if self._max_ts >= ts else ts  # one timestamp for the whole batch
         parts: list[bytes] = []
         add = parts.append
         n = len(vals)
         klen = len(key)
+        cached = -1
+        st = None
         try:
             while i < n:
                 value = vals[i]
@@ -313,13 +324,12 @@ class Writer:
                     key = keys[i]
                     klen = len(key)
                 vlen = len(value)
-                st = structs.get(klen << 32 | vlen)
-                if st is None:
-                    st = new_struct(key, value)
+                sizes = klen << 32 | vlen
+                if sizes != cached:
+                    st = structs.get(sizes) or new_struct(key, value)
+                    cached = sizes
                 size = klen + vlen + 26
-                add(st.pack(off, ts, typ, klen, key, vlen, value, size))
-                if ts > max_ts:
-                    max_ts = ts
+                add(st.pack(off, ts, typ, klen, key, vlen, value, size))  # type: ignore[union-attr]
                 if pos >= index_next:
                     index.add(off, pos, max_ts)
                     index_next = pos + idx.INTERVAL
@@ -332,14 +342,30 @@ class Writer:
             raise _bad_input(off, ts, typ, key, vals[i], e) from None
         finally:
             # Whatever was encoded is committed, so offsets, sizes and the index stay consistent.
-            buf += b"".join(parts)
-            self._next = off
-            self._size = pos
-            self._index_next = index_next
-            self._max_ts = max_ts
-            if pos - self._spilled_at >= spill_at:
-                self._spill()
-            self._set_mark()
+            if parts:
+                self._next = off
+                self._size = pos
+                self._index_next = index_next
+                self._max_ts = max_ts
+                data = b"".join(parts)
+                buf = self._buf
+                assert buf is not None
+                if not buf and len(data) >= self._buffer_size:
+                    # A batch that fills the buffer goes straight out instead of being copied twice.
+                    before = self._written
+                    try:
+                        self._write(data)
+                    finally:
+                        rest = len(data) - (self._written - before)
+                        if rest:
+                            buf += data[-rest:]  # keep what could not be written, for a retry
+                        self._spilled_at = self._size - len(buf)
+                    self._index.flush()
+                else:
+                    buf += data
+                    if pos - self._spilled_at >= self._buffer_size:
+                        self._spill()
+                self._set_mark()
         return i
 
     # -- flushing and syncing --------------------------------------------------
@@ -348,18 +374,24 @@ class Writer:
         """Write the buffer to the OS. Holds self._lock."""
         buf = self._buf
         if buf:
-            view = memoryview(buf)
+            before = self._written
+            try:
+                self._write(buf)
+            finally:
+                del buf[: self._written - before]
+                self._spilled_at = self._size - len(buf)  # invariant: the buffer holds the rest
+                self._set_mark()
+        self._index.flush()  # after the data it points to
+
+    def _write(self, data: bytes | bytearray) -> None:
+        """Write all of `data` to the segment, counting what was written even on error."""
+        with memoryview(data) as view:
             done = 0
             try:
                 while done < len(view):
                     done += os.write(self._fd, view[done:])
             finally:
-                view.release()
                 self._written += done
-                del buf[:done]
-                self._spilled_at = self._size - len(buf)
-                self._set_mark()
-            self._index.flush()  # after the data it points to
 
     def flush(self) -> None:
         """Hand every appended message to the OS: readers see it, a crash of this process keeps it."""
