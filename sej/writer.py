@@ -42,6 +42,9 @@ from .recovery import fsync_dir, recover_tail
 Durability = Literal["buffered", "flush", "sync"]
 DURABILITIES = ("buffered", "flush", "sync")
 
+LEAD_ROUNDS = 8
+"""At most this many fsyncs in a row by one leading thread (bounds its own wait)."""
+
 _time_ns = time.time_ns
 _fdatasync = getattr(os, "fdatasync", os.fsync)
 
@@ -87,13 +90,10 @@ class Writer:
         self._lock = threading.Lock()
         self._acquire = self._lock.acquire  # bound once: half the cost of `with self._lock`
         self._release = self._lock.release
-        commit_lock = threading.Lock()
-        self._cond = threading.Condition(commit_lock)  # fsync progress
-        self._gathering = threading.Condition(commit_lock)  # a leader waiting for its group
-        self._syncing = False
-        self._waiters = 0  # threads inside _wait_durable
-        self._last_group = 1  # how many of them the last fsync covered
-        self._fsync_seconds = 0.0  # how long it took
+        self._commit = threading.Lock()  # guards the group commit state below
+        self._syncing = False  # a thread is leading fsyncs
+        self._waiting: list[tuple[int, threading.Event]] = []  # (ticket, wake-up) of waiting threads
+        self._events = threading.local()  # each thread's reusable wake-up Event
         self._written = 0  # bytes handed to the OS by this writer
         self._durable = 0  # of those, bytes known to be fsynced
         self._retired: list[object] = []  # finished segment files a running fsync may still use
@@ -159,12 +159,12 @@ class Writer:
         self._spill()
         self._index.close()
         os.fsync(self._fd)
-        with self._cond:
+        with self._commit:
             self._durable = self._written
             self._retired.append(self._file)
             if not self._syncing:
                 self._close_retired()
-            self._cond.notify_all()
+            self._wake_covered()
         self._start_segment(self._next)
 
     def _close_retired(self) -> None:
@@ -412,63 +412,59 @@ class Writer:
         self._wait_durable(ticket)
 
     def _wait_durable(self, ticket: int) -> None:
-        """Return once the first `ticket` written bytes are fsynced (group commit)."""
-        cond = self._cond
-        with cond:
-            self._waiters += 1
-            try:
-                while self._durable < ticket:
-                    if not self._syncing:
-                        self._syncing = True
-                        self._gather()
-                        group = self._waiters
-                        break
-                    self._gathering.notify()
-                    cond.wait()
-                else:
+        """Return once the first `ticket` written bytes are fsynced (group commit).
+
+        The first thread to need an fsync leads: it fsyncs everything written so far
+        and wakes exactly the waiting threads that fsync covered. While threads wait
+        for bytes written during that fsync, it fsyncs again for them at once (up to
+        LEAD_ROUNDS times) rather than handing over to a thread that must wake first.
+        """
+        while True:
+            with self._commit:
+                if self._durable >= ticket:
                     return
-            finally:
-                self._waiters -= 1
-        # This thread leads: one fsync covers everything written until now.
-        target = 0
-        ok = False
-        started = time.monotonic()
+                if not self._syncing:
+                    self._syncing = True
+                    break
+                event = getattr(self._events, "event", None)
+                if event is None:
+                    event = self._events.event = threading.Event()
+                event.clear()
+                self._waiting.append((ticket, event))
+            event.wait()  # covered, or asked to lead
         try:
-            with self._lock:
+            for _ in range(LEAD_ROUNDS):
+                # No writer lock: `_written` is read before `_fd`, so bytes counted in it
+                # are in this file or in one the writer fsynced when it rolled over.
                 target = self._written
                 fd = self._fd
-            _fdatasync(fd)
-            ok = True
+                _fdatasync(fd)
+                with self._commit:
+                    if target > self._durable:
+                        self._durable = target
+                    if not self._wake_covered():
+                        break
         finally:
-            with cond:
+            with self._commit:
                 self._syncing = False
-                if ok and target > self._durable:
-                    self._durable = target
-                    self._last_group = group
-                    self._fsync_seconds = time.monotonic() - started
-                cond.notify_all()
+                if self._waiting:  # hand over to a thread still waiting
+                    self._waiting.pop(0)[1].set()
         if self._retired:
-            with self._lock, cond:
+            with self._lock, self._commit:
                 if not self._syncing:
                     self._close_retired()
 
-    def _gather(self) -> None:
-        """Before fsyncing, wait briefly for as many waiters as the last fsync covered.
-
-        Without this, the threads the last fsync released come back just after the
-        next one started and wait a whole fsync more: two half-size groups alternate.
-        The wait is bounded by the last fsync's duration (and 2 ms), so at worst it
-        adds one fsync of latency; a lone thread never waits. Holds self._cond.
-        """
-        want = self._last_group
-        if self._waiters >= want:
-            return
-        deadline = time.monotonic() + min(self._fsync_seconds, 0.002)
-        while self._waiters < want:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return
-            self._gathering.wait(remaining)
+    def _wake_covered(self) -> bool:
+        """Wake the waiters whose bytes are durable; True if some still wait. Holds self._commit."""
+        durable = self._durable
+        still = []
+        for ticket, event in self._waiting:
+            if ticket <= durable:
+                event.set()
+            else:
+                still.append((ticket, event))
+        self._waiting = still
+        return bool(still)
 
     # -- state -----------------------------------------------------------------
 
@@ -494,7 +490,7 @@ class Writer:
             if self._buf is None:
                 return
             self._buf = None
-            with self._cond:
+            with self._commit:
                 self._close_retired()
             self._index.close()
             self._file.close()
