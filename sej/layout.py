@@ -93,17 +93,17 @@ def reader_lock_path(dir: str, name: str) -> str:
 def list_segments(dir: str | os.PathLike[str]) -> list[Segment]:
     """The segments of a journal, oldest first (empty if there are none yet)."""
     jdir = segment_dir(journal_path(dir))
+    found = []
     try:
-        names = os.listdir(jdir)
+        with os.scandir(jdir) as entries:
+            for entry in entries:
+                first = parse_segment_name(entry.name)
+                if first is not None and entry.is_file():
+                    found.append(Segment(first, entry.path))
     except FileNotFoundError:
         return []
     except NotADirectoryError:
         raise InvalidArgumentError(f"{jdir} is not a directory, so {dir} is not a journal") from None
-    found = []
-    for name in names:
-        first = parse_segment_name(name)
-        if first is not None:
-            found.append(Segment(first, os.path.join(jdir, name)))
     found.sort()
     return found
 

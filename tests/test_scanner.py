@@ -340,3 +340,15 @@ def test_rollover_between_read_and_directory_check_is_not_a_gap(jdir: str, monke
     assert offsets(s) == [2]
     s.close()
     w.close()
+
+
+def test_names_that_only_look_like_segments_are_ignored(jdir: str) -> None:
+    build(jdir, 5)
+    os.mkdir(os.path.join(jdir, "jnl", "00000000000000ff.jnl"))  # a directory, not a segment
+    for stray in ("00000000000000FF.jnl", "0000000000000100.jnl.bak", "x.jnl", "000000000000001.jnl"):
+        open(os.path.join(jdir, "jnl", stray), "wb").close()
+    assert [s.first_offset for s in sej.list_segments(jdir)] == [0]
+    with sej.Scanner(jdir, 0, timeout=0) as s:
+        assert offsets(s) == [0, 1, 2, 3, 4]
+    with sej.Writer(jdir) as w:
+        assert w.append(b"more") == 5
