@@ -21,6 +21,7 @@ from .layout import Segment, list_readers, list_segments
 from .message import NO_TIMESTAMP, Message, decode, encode, encode_message
 from .offset import Offset
 from .scanner import Scanner
+from .shard import ShardedWriter, ShardOffset, find_journals, list_shards
 from .writer import Writer
 
 __version__ = "0.1.0"
@@ -37,6 +38,8 @@ __all__ = [
     "Offset",
     "OffsetOutOfRangeError",
     "Scanner",
+    "ShardOffset",
+    "ShardedWriter",
     "Segment",
     "SejError",
     "TruncatedError",
@@ -44,10 +47,12 @@ __all__ = [
     "decode",
     "encode",
     "encode_message",
+    "find_journals",
     "first_offset",
     "last_messages",
     "list_readers",
     "list_segments",
+    "list_shards",
     "next_offset",
     "offset_at_time",
 ]

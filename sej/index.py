@@ -108,9 +108,13 @@ def save(path: str, index: SparseIndex) -> None:
 
 
 class Appender:
-    """Appends the entries a writer adds to its segment's index file, at each flush."""
+    """Appends the entries a writer adds to its segment's index file, at each flush.
 
-    __slots__ = ("path", "index", "_saved", "_file")
+    The file is opened per flush, not held open: a process with many shards keeps
+    only two descriptors per journal (the lock and the segment).
+    """
+
+    __slots__ = ("path", "index", "_saved")
 
     def __init__(self, path: str, index: SparseIndex, on_disk: bool) -> None:
         """`on_disk`: the file at `path` already holds exactly `index`; else it is rewritten."""
@@ -119,15 +123,13 @@ class Appender:
         if not on_disk:
             save(path, index)
         self._saved = len(index.data)
-        self._file = open(path, "ab", buffering=0)
 
     def flush(self) -> None:
         data = self.index.data
         if len(data) > self._saved:
-            self._file.write(data[self._saved :])
+            with open(self.path, "ab") as f:
+                f.write(data[self._saved :])
             self._saved = len(data)
 
     def close(self) -> None:
-        if not self._file.closed:
-            self.flush()
-            self._file.close()
+        self.flush()

@@ -73,11 +73,8 @@ class Writer:
         start_offset: int = 0,
     ) -> None:
         self.dir = journal_path(dir)
-        _check_int("segment_size", segment_size, 1, 1 << 62)
-        _check_int("buffer_size", buffer_size, 0, 1 << 40)
-        _check_int("start_offset", start_offset, 0, MAX_OFFSET)
-        if durability not in DURABILITIES:
-            raise InvalidArgumentError(f"durability must be one of {DURABILITIES}, got {durability!r}")
+        check_options(segment_size=segment_size, durability=durability, buffer_size=buffer_size, strict=strict,
+                      start_offset=start_offset)  # fmt: skip
         self.segment_size = segment_size
         self.durability: Durability = durability
         self._buffer_size = buffer_size if durability == "buffered" else 0
@@ -528,9 +525,28 @@ def _bad_input(off: int, ts: object, typ: object, key: object, value: object, ex
     return InvalidArgumentError(f"cannot encode message at offset {off}: {exc}")
 
 
+def check_options(**options: object) -> None:
+    """Raise InvalidArgumentError for an unknown Writer option or a bad value."""
+    for name, value in options.items():
+        if name == "segment_size":
+            _check_int(name, value, 1, 1 << 62)
+        elif name == "buffer_size":
+            _check_int(name, value, 0, 1 << 40)
+        elif name == "start_offset":
+            _check_int(name, value, 0, MAX_OFFSET)
+        elif name == "durability":
+            if value not in DURABILITIES:
+                raise InvalidArgumentError(f"durability must be one of {DURABILITIES}, got {value!r}")
+        elif name == "strict":
+            if not isinstance(value, bool):
+                raise InvalidArgumentError(f"strict must be a bool, got {value!r}")
+        else:
+            raise InvalidArgumentError(f"unknown Writer option {name!r}")
+
+
 def _check_int(name: str, value: object, lo: int, hi: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
         raise InvalidArgumentError(f"{name} must be an int in {lo}..{hi}, got {value!r}")
 
 
-__all__ = ["Writer", "Durability", "DURABILITIES"]
+__all__ = ["Writer", "Durability", "DURABILITIES", "check_options"]

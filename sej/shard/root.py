@@ -1,0 +1,160 @@
+"""Reading a sharded root: its shards, shards that appear later, and a merged scan by time."""
+
+from __future__ import annotations
+
+import heapq
+import os
+from collections.abc import Iterator
+from typing import NamedTuple
+
+from ..errors import InvalidArgumentError
+from ..layout import journal_path, segment_dir
+from ..message import Message
+from ..scanner import Scanner
+from ..watch import Subscription, Wakeup
+from .name import ShardName, check_prefix, parse_shard
+
+
+class Shard(NamedTuple):
+    """A shard of a sharded root: its parsed name and its journal directory."""
+
+    name: ShardName
+    path: str
+
+
+class Journal(NamedTuple):
+    """A journal found under a root: its name relative to the root ("" for the root itself) and path."""
+
+    name: str
+    path: str
+
+
+def is_journal(path: str) -> bool:
+    """Whether `path` is a journal directory (it has a jnl/ directory)."""
+    return os.path.isdir(segment_dir(path))
+
+
+def list_shards(root: str | os.PathLike[str], prefix: str | None = None) -> list[Shard]:
+    """The shard directories directly under `root` (optionally of one prefix), in name order.
+
+    Entries whose names are not shard names, and files, are ignored.
+    """
+    path = journal_path(root)
+    if prefix is not None:
+        check_prefix(prefix)
+    if not os.path.isdir(path):
+        raise InvalidArgumentError(f"sharded root {path} is not a directory")
+    found = []
+    with os.scandir(path) as entries:
+        for entry in entries:
+            if not entry.is_dir():
+                continue
+            try:
+                name = parse_shard(entry.name)
+            except InvalidArgumentError:
+                continue
+            if prefix is None or name.prefix == prefix:
+                found.append(Shard(name, entry.path))
+    found.sort()
+    return found
+
+
+def find_journals(path: str | os.PathLike[str]) -> list[Journal]:
+    """The journals at `path`: the path itself if it is a journal, else every journal directly under it.
+
+    Covers a plain journal, a sharded root and a hub root (`<client-id>.<shard>` directories).
+    """
+    p = journal_path(path)
+    if not os.path.isdir(p):
+        raise InvalidArgumentError(f"{p} is not a directory")
+    if is_journal(p):
+        return [Journal("", p)]
+    found = []
+    with os.scandir(p) as entries:
+        for entry in entries:
+            if entry.is_dir() and is_journal(entry.path):
+                found.append(Journal(entry.name, entry.path))
+    found.sort()
+    return found
+
+
+class ShardWatch:
+    """Notices shards that appear under a root after it was first listed.
+
+    `new()` returns the shards not returned before. It lists the root again only
+    after a directory event (watchdog), so calling it often is cheap.
+    """
+
+    def __init__(self, root: str | os.PathLike[str], prefix: str | None = None) -> None:
+        self.root = journal_path(root)
+        self.prefix = prefix
+        self._seen: set[str] = set()
+        self._wakeup = Wakeup()
+        self._sub: Subscription | None = Subscription(self.root, self._wakeup)
+
+    def new(self) -> list[Shard]:
+        """Shards that appeared since the last call (all of them on the first call)."""
+        if not self._wakeup.created:
+            return []
+        self._wakeup.created = False
+        fresh = [s for s in list_shards(self.root, self.prefix) if s.path not in self._seen]
+        self._seen.update(s.path for s in fresh)
+        return fresh
+
+    def wait(self, timeout: float | None) -> bool:
+        """Wait for a change under the root; True if one came within `timeout` seconds."""
+        got = self._wakeup.event.wait(timeout)
+        self._wakeup.event.clear()
+        return got
+
+    def close(self) -> None:
+        if self._sub is not None:
+            self._sub.close()
+            self._sub = None
+
+    def __enter__(self) -> ShardWatch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class ShardMessage(NamedTuple):
+    """A message and the journal it came from (the name `find_journals` gives it)."""
+
+    journal: str
+    message: Message
+
+
+_NO_TS = -(2**63)
+
+
+def merged_scan(
+    path: str | os.PathLike[str],
+    start: dict[str, int] | None = None,
+) -> Iterator[ShardMessage]:
+    """Every message of every journal at `path`, merged in timestamp order (for tools).
+
+    Reads what is there now (it does not wait for more). Each journal is read in
+    offset order and the journals are merged by timestamp, so the output is in
+    timestamp order when each journal's timestamps are (as the writer's own clock
+    makes them); messages without a timestamp sort as the oldest. `start` maps a
+    journal name to the offset to start it from (default: its first message).
+    """
+    journals = find_journals(path)
+    scanners = []
+    try:
+        for j in journals:
+            off = (start or {}).get(j.name)
+            scanners.append(Scanner(j.path, "first" if off is None else off, timeout=0))
+
+        def keyed(name: str, s: Scanner) -> Iterator[tuple[int, str, int, Message]]:
+            for m in s:
+                yield (m.timestamp if m.timestamp is not None else _NO_TS, name, m.offset, m)
+
+        streams = [keyed(j.name, s) for j, s in zip(journals, scanners)]
+        for _ts, name, _off, m in heapq.merge(*streams):
+            yield ShardMessage(name, m)
+    finally:
+        for s in scanners:
+            s.close()

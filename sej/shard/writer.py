@@ -1,0 +1,181 @@
+"""ShardedWriter: a thin layer that routes each message to one of 2**bit journals by its key."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, NamedTuple
+
+import xxhash
+
+from ..errors import ClosedError, InvalidArgumentError
+from ..layout import journal_path
+from ..writer import Writer, check_options
+from .name import check_bit, check_prefix, format_shard
+
+HashFunction = Callable[[bytes], int]
+
+
+_new_shard_offset = tuple.__new__
+
+
+def default_hash(key: bytes) -> int:
+    """xxh3_64 of the key: the default routing hash."""
+    return xxhash.xxh3_64_intdigest(key)
+
+
+class ShardOffset(NamedTuple):
+    """Where a sharded append went: the shard index and the offset in that shard."""
+
+    shard: int
+    offset: int
+
+
+class ShardedWriter:
+    """Appends to `<root>/<prefix>.<bit>.<index>/` journals, one per shard, chosen by hash(key).
+
+    Each message goes to shard ``hash(key) & (2**shard_bit - 1)``. Shard writers open
+    lazily, on first use, with `writer_options` (the plain Writer's options, such as
+    `segment_size` and `durability`); `flush`, `sync` and `close` act on every open
+    shard. Shard bit 0 writes the single plain journal `<root>/<prefix>`.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        prefix: str = "",
+        *,
+        shard_bit: int,
+        hash: HashFunction | None = None,
+        **writer_options: Any,
+    ) -> None:
+        self.root = journal_path(root)
+        self.prefix = check_prefix(prefix)
+        self.shard_bit = check_bit(shard_bit)
+        if shard_bit == 0 and not prefix:
+            raise InvalidArgumentError("shard_bit 0 (one plain journal) needs a non-empty prefix to name it")
+        if hash is not None and not callable(hash):
+            raise InvalidArgumentError(f"hash must be a function of the key bytes, got {hash!r}")
+        check_options(**writer_options)
+        if os.path.exists(self.root) and not os.path.isdir(self.root):
+            raise InvalidArgumentError(f"sharded root {self.root} exists and is not a directory")
+        self._hash: HashFunction = hash or xxhash.xxh3_64_intdigest  # same as default_hash, one call less
+        _allow_descriptors(2 * (1 << shard_bit) + 64)
+        self._mask = (1 << shard_bit) - 1
+        self._options = writer_options
+        self._writers: list[Writer | None] = [None] * (1 << shard_bit)
+        self._open_lock = threading.Lock()
+        self._closed = False
+
+    def shard_of(self, key: bytes) -> int:
+        """The shard index a message with this key goes to."""
+        h = self._hash(key)
+        if not isinstance(h, int):
+            raise InvalidArgumentError(f"the hash function returned {h!r} for key {key!r}, not an int")
+        return h & self._mask
+
+    def shard_dir(self, index: int) -> str:
+        """The journal directory of shard `index`."""
+        return os.path.join(self.root, format_shard(self.prefix, self.shard_bit, index))
+
+    def writer(self, index: int) -> Writer:
+        """The Writer of shard `index`, opened on first use."""
+        w = self._writers[index]
+        if w is not None:
+            return w
+        with self._open_lock:
+            if self._closed:
+                raise ClosedError(f"sharded writer of {self.root} is closed")
+            w = self._writers[index]
+            if w is None:
+                w = self._writers[index] = Writer(self.shard_dir(index), **self._options)
+        return w
+
+    def append(self, value: bytes, key: bytes = b"", type: int = 0, timestamp: int | None = None) -> ShardOffset:
+        """Append one message to the shard its key routes to; the shard's Writer checks the rest."""
+        try:
+            index = self._hash(key) & self._mask
+        except Exception as e:
+            raise InvalidArgumentError(f"cannot route key {key!r}: {e}") from None
+        w = self._writers[index] or self.writer(index)
+        return _new_shard_offset(ShardOffset, (index, w.append(value, key, type, timestamp)))
+
+    def append_many(
+        self,
+        values: Iterable[bytes],
+        keys: Iterable[bytes],
+        type: int = 0,
+        timestamp: int | None = None,
+    ) -> list[ShardOffset]:
+        """Append many messages, each routed by its key; one batch per shard touched."""
+        vals: Sequence[bytes] = values if isinstance(values, (list, tuple)) else list(values)
+        ks: Sequence[bytes] = keys if isinstance(keys, (list, tuple)) else list(keys)
+        if len(vals) != len(ks):
+            raise InvalidArgumentError(f"keys has {len(ks)} items but values has {len(vals)}")
+        groups: dict[int, list[int]] = {}
+        shard_of = self.shard_of
+        for i, k in enumerate(ks):
+            if not isinstance(k, (bytes, bytearray)):
+                raise InvalidArgumentError(f"key must be bytes, got {type_name(k)} at position {i}")
+            groups.setdefault(shard_of(k), []).append(i)
+        out: list[ShardOffset] = [ShardOffset(0, 0)] * len(vals)
+        for index, positions in groups.items():
+            offsets = self.writer(index).append_many(
+                [vals[i] for i in positions], keys=[ks[i] for i in positions], type=type, timestamp=timestamp
+            )
+            for i, off in zip(positions, offsets):
+                out[i] = ShardOffset(index, off)
+        return out
+
+    @property
+    def open_shards(self) -> dict[int, Writer]:
+        """The shard writers opened so far, by index."""
+        return {i: w for i, w in enumerate(self._writers) if w is not None}
+
+    def flush(self) -> None:
+        for w in self.open_shards.values():
+            w.flush()
+
+    def sync(self) -> None:
+        for w in self.open_shards.values():
+            w.sync()
+
+    def close(self) -> None:
+        """Close every open shard (each flushes and fsyncs). Idempotent."""
+        with self._open_lock:
+            self._closed = True
+        errors = []
+        for w in self.open_shards.values():
+            try:
+                w.close()
+            except Exception as e:  # close the others anyway, then report
+                errors.append(e)
+        if errors:
+            raise errors[0]
+
+    def __enter__(self) -> ShardedWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"ShardedWriter({self.root!r}, prefix={self.prefix!r}, shard_bit={self.shard_bit})"
+
+
+def _allow_descriptors(needed: int) -> None:
+    """Raise this process's soft limit on open files toward `needed` (each open shard holds two)."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY and soft < needed:
+            target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ImportError, ValueError, OSError):
+        pass  # keep the limit; opening a shard past it fails with EMFILE
+
+
+def type_name(obj: object) -> str:
+    return type(obj).__name__
