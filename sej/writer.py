@@ -42,6 +42,9 @@ from .recovery import fsync_dir, recover_tail
 Durability = Literal["buffered", "flush", "sync"]
 DURABILITIES = ("buffered", "flush", "sync")
 
+BUFFER_SLACK = 1 << 16
+"""Buffer room beyond buffer_size, so that frames up to this size never bypass the buffer."""
+
 LEAD_ROUNDS = 8
 """At most this many fsyncs in a row by one leading thread (bounds its own wait)."""
 
@@ -98,7 +101,10 @@ class Writer:
         self._last_struct = _frame_struct(0, 0)  # the frame struct of the last append, and its sizes
         self._last_klen = 0
         self._last_vlen = 0
-        self._buf: bytearray | None = bytearray()
+        # A fixed-capacity buffer filled in place: it is never shrunk and regrown, which
+        # costs most when many writers (shards) interleave.
+        self._buf: bytearray | None = bytearray(self._buffer_size + BUFFER_SLACK)
+        self._fill = 0  # bytes of _buf in use
         self.recovered: CorruptionError | None = None
         """What startup recovery cut from the last segment, if anything."""
         try:
@@ -130,7 +136,6 @@ class Writer:
     def _set_index(self, first: int, index: idx.SparseIndex, on_disk: bool) -> None:
         self._index = idx.Appender(index_path(self.dir, first), index, on_disk)
         self._index_next = index.tail().position + idx.INTERVAL if len(index) else 0
-        self._spilled_at = self._size
         self._set_mark()
 
     def _set_mark(self) -> None:
@@ -139,7 +144,7 @@ class Writer:
         One threshold stands for three: the next index entry is due, the buffer is
         full, or the segment is full.
         """
-        self._mark = min(self._index_next, self._spilled_at + self._buffer_size, self.segment_size)
+        self._mark = min(self._index_next, self._size - self._fill + self._buffer_size, self.segment_size)
 
     def _start_segment(self, first: int) -> None:
         path = segment_path(self.dir, first)
@@ -185,6 +190,7 @@ class Writer:
             if buf is None:
                 raise ClosedError(f"writer of {self.dir} is closed")
             off = self._next
+            fill = self._fill
             try:
                 klen = len(key)
                 vlen = len(value)
@@ -193,9 +199,11 @@ class Writer:
                 else:
                     st = self._struct_for(key, value, klen, vlen)
                 n = klen + vlen + 26
-                buf += st.pack(off, timestamp, type, klen, key, vlen, value, n)
+                st.pack_into(buf, fill, off, timestamp, type, klen, key, vlen, value, n)
             except (struct.error, TypeError, OverflowError) as e:
-                raise _bad_input(off, timestamp, type, key, value, e) from None
+                n = self._place_frame(off, timestamp, type, key, value, e)  # full buffer, or bad input
+            else:
+                self._fill = fill + n
             self._next = off + 1
             pos = self._size
             size = self._size = pos + n
@@ -217,11 +225,40 @@ class Writer:
         if pos >= self._index_next:
             self._index.index.add(off, pos, self._max_ts)
             self._index_next = pos + idx.INTERVAL
-        if self._size - self._spilled_at >= self._buffer_size:
+        if self._fill >= self._buffer_size:
             self._spill()
         if self._size >= self.segment_size:
             self._roll()
         self._set_mark()
+
+    def _place_frame(self, off: int, ts: int, typ: int, key: bytes, value: bytes, exc: Exception) -> int:
+        """Encode a frame that did not fit the buffer's free space; return its size.
+
+        Spills the buffer first; a frame bigger than the whole buffer is written
+        straight out. A frame that cannot be encoded at all raises InvalidArgumentError.
+        """
+        try:
+            klen, vlen = len(key), len(value)
+            st = self._struct_for(key, value, klen, vlen)
+        except (struct.error, TypeError, OverflowError):
+            raise _bad_input(off, ts, typ, key, value, exc) from None
+        n = klen + vlen + 26
+        buf = self._buf
+        assert buf is not None
+        if self._fill + n <= len(buf):  # it fitted: the fields themselves are bad
+            raise _bad_input(off, ts, typ, key, value, exc) from None
+        try:
+            frame = st.pack(off, ts, typ, klen, key, vlen, value, n)
+        except (struct.error, TypeError, OverflowError) as e:
+            raise _bad_input(off, ts, typ, key, value, e) from None
+        self._spill()
+        if n <= len(buf):
+            buf[:n] = frame
+            self._fill = n
+        else:
+            self._write(frame)
+        self._set_mark()
+        return n
 
     def _struct_for(self, key: bytes, value: bytes, klen: int, vlen: int) -> struct.Struct:
         """The frame struct for these sizes, remembered as the last one used."""
@@ -347,21 +384,19 @@ class Writer:
                 data = b"".join(parts)
                 buf = self._buf
                 assert buf is not None
-                if not buf and len(data) >= self._buffer_size:
-                    # A batch that fills the buffer goes straight out instead of being copied twice.
-                    before = self._written
-                    try:
-                        self._write(data)
-                    finally:
-                        rest = len(data) - (self._written - before)
-                        if rest:
-                            buf += data[-rest:]  # keep what could not be written, for a retry
-                        self._spilled_at = self._size - len(buf)
+                fill = self._fill
+                if fill == 0 and len(data) >= self._buffer_size:
+                    self._write(data)  # a batch that fills the buffer goes straight out
                     self._index.flush()
-                else:
-                    buf += data
-                    if pos - self._spilled_at >= self._buffer_size:
+                elif fill + len(data) <= len(buf):
+                    buf[fill : fill + len(data)] = data
+                    self._fill = fill + len(data)
+                    if self._fill >= self._buffer_size:
                         self._spill()
+                else:
+                    self._spill()
+                    self._write(data)
+                    self._index.flush()
                 self._set_mark()
         return i
 
@@ -369,18 +404,22 @@ class Writer:
 
     def _spill(self) -> None:
         """Write the buffer to the OS. Holds self._lock."""
-        buf = self._buf
-        if buf:
+        fill = self._fill
+        if fill:
+            buf = self._buf
+            assert buf is not None
             before = self._written
             try:
-                self._write(buf)
+                self._write(memoryview(buf)[:fill])
             finally:
-                del buf[: self._written - before]
-                self._spilled_at = self._size - len(buf)  # invariant: the buffer holds the rest
+                done = self._written - before
+                if done < fill:  # keep what could not be written, for a retry
+                    buf[: fill - done] = buf[done:fill]
+                self._fill = fill - done
                 self._set_mark()
         self._index.flush()  # after the data it points to
 
-    def _write(self, data: bytes | bytearray) -> None:
+    def _write(self, data: bytes | bytearray | memoryview) -> None:
         """Write all of `data` to the segment, counting what was written even on error."""
         with memoryview(data) as view:
             done = 0
