@@ -26,6 +26,7 @@ import math
 import multiprocessing
 import os
 import platform
+import random
 import shutil
 import sqlite3
 import statistics
@@ -55,7 +56,7 @@ HEAD = struct.Struct(">QqBb")
 I32 = struct.Struct(">i")
 TS = struct.Struct(">q")
 
-BENCHMARKS = ("append", "append_many", "scan", "group_commit", "follow", "open_seek", "sqlite")
+BENCHMARKS = ("append", "append_many", "scan", "group_commit", "follow", "open_seek", "sqlite", "sharded")
 
 
 @dataclass
@@ -908,6 +909,89 @@ def tree_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
+SHARD_BIT = 8  # 256 shards
+
+
+def sharded_keys(n: int) -> list[bytes]:
+    rng = random.Random(8)
+    pool = [rng.randbytes(len(KEY)) for _ in range(4096)]
+    return [pool[i & 4095] for i in range(n)]
+
+
+def sej_sharded_append(dir: Path, values: list[bytes], keys: list[bytes]) -> float:
+    w = sej.ShardedWriter(dir, "b", shard_bit=SHARD_BIT)
+    try:
+        for k in set(keys):
+            w.writer(w.shard_of(k))  # open every shard before the clock: opening is not appending
+        append = w.append
+        gc.collect()
+        t0 = perf_counter()
+        for v, k in zip(values, keys):
+            append(v, k)
+        w.flush()
+        t = perf_counter() - t0
+    finally:
+        w.close()
+    return t
+
+
+def sej_plain_append_keys(dir: Path, values: list[bytes], keys: list[bytes]) -> float:
+    w = sej.Writer(dir, durability="buffered")
+    try:
+        append = w.append
+        gc.collect()
+        t0 = perf_counter()
+        for v, k in zip(values, keys):
+            append(v, k)
+        w.flush()
+        t = perf_counter() - t0
+    finally:
+        w.close()
+    return t
+
+
+def bench_sharded(cfg: Config, scratch: Path) -> list[Result]:
+    n = cfg.n_write
+    values = values_for(n)
+    keys = sharded_keys(n)
+    t_sharded: list[float] = []
+    t_plain: list[float] = []
+    for _ in range(cfg.reps):
+        t_plain.append(sej_plain_append_keys(fresh(scratch / "plain"), values, keys))
+        t_sharded.append(sej_sharded_append(fresh(scratch / "sharded"), values, keys))
+    for p in ("plain", "sharded"):
+        fresh(scratch / p)
+    ours, theirs = n / min(t_sharded), n / min(t_plain)
+    ok = ours / theirs >= 0.8
+    row = Row(
+        f"`ShardedWriter` with {1 << SHARD_BIT} shards vs one `Writer`, `append` each",
+        rate(ours),
+        rate(theirs),
+        ratio(ours / theirs),
+        "≥ 0.8x",
+        verdict(ok),
+    )
+    med = (n / statistics.median(t_sharded)) / (n / statistics.median(t_plain))
+    return [
+        Result(
+            "sharded",
+            f"8. Sharded writes ({1 << SHARD_BIT} shards)",
+            [
+                f"{n:,} messages, `append(value, key)` with 8-byte keys drawn from 4,096 random keys, so every "
+                f"one of the {1 << SHARD_BIT} shards is written; buffered, then `flush()`. The shard writers are "
+                "opened before the clock starts (opening 256 journals is not appending).",
+                "Baseline: the same messages and keys appended to one plain `Writer`.",
+            ],
+            [row],
+            [
+                f"Best of {cfg.reps} runs, interleaved; all runs (s): sharded {fmt_list(t_sharded)}, "
+                f"plain {fmt_list(t_plain)}; ratio of medians {ratio(med)}.",
+            ],
+            row,
+        )
+    ]
+
+
 def bench_sqlite(cfg: Config, scratch: Path) -> list[Result]:
     n = cfg.n_write
     reps = cfg.sqlite_reps
@@ -1327,6 +1411,7 @@ def main(argv: list[str] | None = None) -> int:
                 lambda: bench_open_seek(cfg, scratch),
             ),
             ("sqlite" in which, "benchmark 7: against SQLite", lambda: bench_sqlite(cfg, scratch)),
+            ("sharded" in which, "benchmark 8: sharded writes", lambda: bench_sharded(cfg, scratch)),
         ]
         load = LoadTotal()
         for wanted, name, fn in steps:

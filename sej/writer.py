@@ -52,6 +52,10 @@ _time_ns = time.time_ns
 _fdatasync = getattr(os, "fdatasync", os.fsync)
 
 
+_FRAME_STRUCTS: dict[int, struct.Struct] = {}
+"""Frame structs by key and value size, shared by every writer (one hot copy, not one per shard)."""
+
+
 def _frame_struct(klen: int, vlen: int) -> struct.Struct:
     return struct.Struct(f">QqBb{klen}si{vlen}si")
 
@@ -97,7 +101,7 @@ class Writer:
         self._written = 0  # bytes handed to the OS by this writer
         self._durable = 0  # of those, bytes known to be fsynced
         self._retired: list[object] = []  # finished segment files a running fsync may still use
-        self._structs: dict[int, struct.Struct] = {}
+        self._structs = _FRAME_STRUCTS
         self._last_struct = _frame_struct(0, 0)  # the frame struct of the last append, and its sizes
         self._last_klen = 0
         self._last_vlen = 0

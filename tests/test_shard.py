@@ -126,7 +126,7 @@ def test_random_keys_fill_shards_evenly(tmp_path, bit: int, per_shard: int) -> N
 
 def test_custom_hash_and_bad_hash(tmp_path) -> None:
     with ShardedWriter(str(tmp_path), "c", shard_bit=2, hash=lambda k: len(k)) as w:
-        assert [w.append(b"v", key=b"x" * n).shard for n in range(6)] == [0, 1, 2, 3, 0, 1]
+        assert [w.append(b"v", key=b"x" * n)[0] for n in range(6)] == [0, 1, 2, 3, 0, 1]
     with pytest.raises(sej.InvalidArgumentError, match="hash must be"):
         ShardedWriter(str(tmp_path), shard_bit=2, hash=42)  # type: ignore[arg-type]
     w = ShardedWriter(str(tmp_path), "d", shard_bit=2, hash=lambda k: "nope")  # type: ignore[arg-type,return-value]
@@ -144,9 +144,9 @@ def test_append_routes_by_key_and_opens_shards_lazily(tmp_path) -> None:
         placed = {}
         for i in range(50):
             key = b"user-%d" % (i % 5)
-            so = w.append(b"m%d" % i, key=key, type=1, timestamp=1000 + i)
-            assert so.shard == w.shard_of(key)
-            placed.setdefault(so.shard, []).append((so.offset, b"m%d" % i))
+            shard, offset = w.append(b"m%d" % i, key=key, type=1, timestamp=1000 + i)
+            assert shard == w.shard_of(key)
+            placed.setdefault(shard, []).append((offset, b"m%d" % i))
         assert len(w.open_shards) == len(placed) <= 5
     assert sorted(os.listdir(root)) == sorted(format_shard("ev", 4, s) for s in placed)
     for shard, expect in placed.items():

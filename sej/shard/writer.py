@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import xxhash
 
@@ -17,19 +17,13 @@ from .name import check_bit, check_prefix, format_shard
 HashFunction = Callable[[bytes], int]
 
 
-_new_shard_offset = tuple.__new__
-
-
 def default_hash(key: bytes) -> int:
     """xxh3_64 of the key: the default routing hash."""
     return xxhash.xxh3_64_intdigest(key)
 
 
-class ShardOffset(NamedTuple):
-    """Where a sharded append went: the shard index and the offset in that shard."""
-
-    shard: int
-    offset: int
+ShardOffset = tuple[int, int]
+"""Where a sharded append went: (shard index, offset in that shard)."""
 
 
 class ShardedWriter:
@@ -92,14 +86,19 @@ class ShardedWriter:
                 w = self._writers[index] = Writer(self.shard_dir(index), **self._options)
         return w
 
-    def append(self, value: bytes, key: bytes = b"", type: int = 0, timestamp: int | None = None) -> ShardOffset:
-        """Append one message to the shard its key routes to; the shard's Writer checks the rest."""
+    def append(
+        self, value: bytes, key: bytes = b"", type: int = 0, timestamp: int | None = None
+    ) -> ShardOffset:
+        """Append one message to the shard its key routes to; return (shard, offset).
+
+        The shard's Writer checks the message (a plain tuple: this is the hot path).
+        """
         try:
             index = self._hash(key) & self._mask
         except Exception as e:
             raise InvalidArgumentError(f"cannot route key {key!r}: {e}") from None
         w = self._writers[index] or self.writer(index)
-        return _new_shard_offset(ShardOffset, (index, w.append(value, key, type, timestamp)))
+        return index, w.append(value, key, type, timestamp)
 
     def append_many(
         self,
@@ -119,13 +118,13 @@ class ShardedWriter:
             if not isinstance(k, (bytes, bytearray)):
                 raise InvalidArgumentError(f"key must be bytes, got {type_name(k)} at position {i}")
             groups.setdefault(shard_of(k), []).append(i)
-        out: list[ShardOffset] = [ShardOffset(0, 0)] * len(vals)
+        out: list[ShardOffset] = [(0, 0)] * len(vals)
         for index, positions in groups.items():
             offsets = self.writer(index).append_many(
                 [vals[i] for i in positions], keys=[ks[i] for i in positions], type=type, timestamp=timestamp
             )
             for i, off in zip(positions, offsets):
-                out[i] = ShardOffset(index, off)
+                out[i] = (index, off)
         return out
 
     @property
