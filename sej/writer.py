@@ -69,6 +69,41 @@ class Writer:
     open instead and raises CorruptionError, changing nothing.
     """
 
+    __slots__ = (
+        "_acquire",
+        "_buf",
+        "_buffer_size",
+        "_commit",
+        "_durable",
+        "_events",
+        "_fd",
+        "_file",
+        "_fill",
+        "_index",
+        "_index_next",
+        "_last_klen",
+        "_last_struct",
+        "_last_vlen",
+        "_lock",
+        "_lock_fh",
+        "_mark",
+        "_max_ts",
+        "_next",
+        "_release",
+        "_retired",
+        "_size",
+        "_structs",
+        "_sync_each",
+        "_syncing",
+        "_waiting",
+        "_written",
+        "dir",
+        "durability",
+        "recovered",
+        "segment_size",
+        "__weakref__",
+    )
+
     def __init__(
         self,
         dir: str | os.PathLike[str],
@@ -109,8 +144,7 @@ class Writer:
         # costs most when many writers (shards) interleave.
         self._buf: bytearray | None = bytearray(self._buffer_size + BUFFER_SLACK)
         self._fill = 0  # bytes of _buf in use
-        self.recovered: CorruptionError | None = None
-        """What startup recovery cut from the last segment, if anything."""
+        self.recovered: CorruptionError | None = None  # what startup recovery cut, if anything
         try:
             self._open_last(strict, start_offset)
         except BaseException:
@@ -188,7 +222,7 @@ class Writer:
         """
         if timestamp is None:
             timestamp = _time_ns()
-        self._acquire()
+        self._lock.acquire()
         try:
             buf = self._buf
             if buf is None:
@@ -220,7 +254,7 @@ class Writer:
                 return off
             ticket = self._written
         finally:
-            self._release()
+            self._lock.release()
         self._wait_durable(ticket)
         return off
 
