@@ -94,8 +94,11 @@ def _offset_at_time_in(dir: str, seg: Segment, ts: int, is_last: bool) -> int | 
         start = seek_entry(ipath, seg, fd, size, is_last, lambda index: index.floor_time(ts))
         pos, off = start.position, start.offset
         while pos < size:
-            msgs, used, _problem = read_messages(fd, pos, off, size)
+            msgs, used, problem = read_messages(fd, pos, off, size)
             if not msgs:
+                # A torn last message of the last segment is not there yet; anything else is damage.
+                if problem is not None and not (problem.incomplete and is_last):
+                    raise CorruptionError(seg.path, problem.position, problem.reason, size - problem.position)
                 return None
             for m in msgs:
                 if m.timestamp is not None and m.timestamp >= ts:

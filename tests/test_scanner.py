@@ -352,3 +352,17 @@ def test_names_that_only_look_like_segments_are_ignored(jdir: str) -> None:
         assert offsets(s) == [0, 1, 2, 3, 4]
     with sej.Writer(jdir) as w:
         assert w.append(b"more") == 5
+
+
+def test_time_lookup_reports_corruption_instead_of_skipping_it(jdir: str) -> None:
+    with sej.Writer(jdir, segment_size=200) as w:
+        for i in range(12):
+            w.append(b"value %02d" % i, timestamp=1000 + i)
+    seg = sej.list_segments(jdir)[0].path
+    data = bytearray(open(seg, "rb").read())
+    data[34 + 17] = 0x80  # the second frame's key size: negative
+    open(seg, "wb").write(bytes(data))
+    shutil.rmtree(os.path.join(jdir, "idx"))
+    with pytest.raises(sej.CorruptionError) as e:
+        sej.offset_at_time(jdir, 1003)
+    assert e.value.path == seg
