@@ -28,6 +28,64 @@ class Walk(NamedTuple):
     size: int  # the file size the walk went to
 
 
+class Frames(NamedTuple):
+    """How far whole, valid frames reach in a buffer (see walk_frames)."""
+
+    used: int  # bytes of whole, valid frames from the start position
+    next_offset: int
+    max_ts: int
+    next_entry: int  # segment position at or after which the next index entry is due
+    problem: Problem | None  # what stopped the walk before the end of the buffer
+
+
+def walk_frames(
+    data: bytes | bytearray | memoryview,
+    p: int,
+    n: int,
+    base: int,
+    offset: int,
+    max_ts: int,
+    next_entry: int,
+    index: SparseIndex | None,
+) -> Frames:
+    """Validate the frames of data[p:n], which sit at segment position `base + p` (pure: no I/O).
+
+    Each frame must carry the next offset, sane sizes and a matching trailing size.
+    Index entries (position >= next_entry) are added to `index` on the way.
+    """
+    unpack_head = HEADER.unpack_from
+    unpack_i32 = I32.unpack_from
+    start = p
+    while n - p >= OVERHEAD:
+        off, ts, _typ, ks = unpack_head(data, p)
+        if off != offset or ks < 0:
+            break
+        vpos = p + 18 + ks
+        if vpos + 4 > n:
+            break
+        (vs,) = unpack_i32(data, vpos)
+        nxt = vpos + 8 + vs
+        if vs < 0 or nxt > n or unpack_i32(data, nxt - 4)[0] != nxt - p:
+            break
+        if ts > max_ts:
+            max_ts = ts
+        if base + p >= next_entry:
+            index.add(offset, base + p, max_ts)  # type: ignore[union-attr]
+            next_entry = base + p + idx.INTERVAL
+        offset += 1
+        p = nxt
+    problem = None if p == n else check_frame(data, p, n, offset)
+    assert not isinstance(problem, int), "walk_frames stopped at a valid frame"
+    return Frames(p - start, offset, max_ts, next_entry, problem)
+
+
+def next_entry_after(index: SparseIndex | None) -> int:
+    """The segment position at or after which `index` wants its next entry."""
+    if index is None:
+        return 1 << 63
+    return index.tail().position + idx.INTERVAL if len(index) else 0
+
+
 def walk(
     fd: int,
     start: Entry,
@@ -36,13 +94,7 @@ def walk(
 ) -> Walk:
     """Validate frames from `start` to `size`; add index entries to `index` on the way."""
     pos, offset, max_ts = start.position, start.offset, start.max_ts
-    if index is not None:
-        last = index.tail() if len(index) else None
-        next_entry = last.position + idx.INTERVAL if last is not None else 0
-    else:
-        next_entry = 1 << 63
-    unpack_head = HEADER.unpack_from
-    unpack_i32 = I32.unpack_from
+    next_entry = next_entry_after(index)
     want = CHUNK
     while pos < size:
         data = os.pread(fd, min(want, size - pos), pos)
@@ -50,37 +102,18 @@ def walk(
         if n == 0:  # the file shrank under us
             size = pos
             break
-        p = 0
-        while n - p >= OVERHEAD:
-            off, ts, _typ, ks = unpack_head(data, p)
-            if off != offset or ks < 0:
-                break
-            vpos = p + 18 + ks
-            if vpos + 4 > n:
-                break
-            (vs,) = unpack_i32(data, vpos)
-            nxt = vpos + 8 + vs
-            if vs < 0 or nxt > n or unpack_i32(data, nxt - 4)[0] != nxt - p:
-                break
-            if ts > max_ts:
-                max_ts = ts
-            if pos + p >= next_entry:
-                index.add(offset, pos + p, max_ts)  # type: ignore[union-attr]
-                next_entry = pos + p + idx.INTERVAL
-            offset += 1
-            p = nxt
-        pos += p
-        if p == n:
+        f = walk_frames(data, 0, n, pos, offset, max_ts, next_entry, index)
+        pos += f.used
+        offset, max_ts, next_entry = f.next_offset, f.max_ts, f.next_entry
+        if f.problem is None:
             want = CHUNK
             continue
-        problem = check_frame(data, p, n, offset)
-        assert isinstance(problem, Problem)
-        if problem.incomplete and pos + (n - p) < size:
+        if f.problem.incomplete and pos + (n - f.used) < size:
             # The frame continues past this chunk: read again from its start, big enough for it.
-            total = _frame_total(data, p, n)
+            total = _frame_total(data, f.used, n)
             want = max(CHUNK, total or 0)
             continue
-        return Walk(pos, offset, max_ts, problem._replace(position=pos), size)
+        return Walk(pos, offset, max_ts, f.problem._replace(position=pos), size)
     return Walk(pos, offset, max_ts, None, size)
 
 
