@@ -1,0 +1,306 @@
+"""Copying a journal exactly once: the destination is always a byte-for-byte prefix of its source.
+
+A copy resumes from the destination's next offset, reads only the source bytes it
+lacks (same segment files, same positions), checks every frame (sizes, offset
+sequence) before writing it, fsyncs, and only then commits its position on the
+source as an ordinary reader offset, so the producer's retention keeps what the
+hub has not copied. Whatever interrupts it (SIGKILL, a cut connection), the next
+copy's recovery cuts a torn destination tail aside and resumes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
+
+from .. import index as idx
+from ..errors import SejError
+from ..layout import index_path, list_segments, segment_dir, segment_path, writer_lock_path
+from ..lock import lock_file, unlock_file
+from ..message import NO_TIMESTAMP
+from ..recovery import fsync_dir, recover_tail
+from ..segment import _frame_total, next_entry_after, walk_frames
+from .names import destination_name
+from .source import Source, SourceSegment
+
+log = logging.getLogger("sej.hub")
+
+CHUNK = 8 << 20
+"""Bytes asked of the source per read."""
+
+CHECK_WINDOW = 4096
+"""Bytes at the end of the destination compared with the source before every copy."""
+
+
+class CopyError(SejError):
+    """A journal's copy stopped: the source disagrees with what the hub already has."""
+
+
+class CopyResult(NamedTuple):
+    journal: str  # the source journal's name
+    destination: str  # the hub's journal directory
+    messages: int  # copied this time
+    bytes: int
+    next_offset: int  # the destination's next offset now
+
+
+class _Destination:
+    """The hub's copy of one journal, under its writer lock: appends whole frames to mirrored segments."""
+
+    def __init__(self, dir: str) -> None:
+        self.dir = dir
+        os.makedirs(segment_dir(dir), exist_ok=True)
+        os.makedirs(os.path.join(dir, "idx"), exist_ok=True)
+        self.lock = lock_file(writer_lock_path(dir))
+        self.fd = -1
+        self.name = ""
+        self.size = 0
+        self.next: int | None = None
+        self.max_ts = NO_TIMESTAMP
+        self.index: idx.Appender | None = None
+        self.dirty = False
+        try:
+            segments = list_segments(dir)
+            if segments:
+                last = segments[-1]
+                tail = recover_tail(dir, last)  # a torn tail from an interrupted copy is cut aside
+                self._open(last.first_offset, tail.walk.end, tail.walk.max_ts)
+                self.next = tail.walk.next_offset
+                self.index = idx.Appender(index_path(dir, last.first_offset), tail.sparse_index, tail.index_on_disk)
+        except BaseException:
+            self.close()
+            raise
+
+    def _open(self, first: int, size: int, max_ts: int) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+        path = segment_path(self.dir, first)
+        self.fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        self.name = os.path.basename(path)
+        self.size = size
+        self.max_ts = max_ts
+
+    def start_segment(self, first: int) -> None:
+        """Begin the segment named `first` (the source's next segment)."""
+        self.sync()
+        self._open(first, 0, NO_TIMESTAMP)
+        fsync_dir(segment_dir(self.dir))
+        self.next = first
+        self.index = idx.Appender(index_path(self.dir, first), idx.SparseIndex(first), False)
+
+    def read_tail(self, size: int) -> bytes:
+        """The last `size` bytes of the current segment."""
+        start = max(0, self.size - size)
+        return os.pread(self.fd, self.size - start, start) if self.fd >= 0 else b""
+
+    def write(self, data: bytes | memoryview) -> None:
+        view = memoryview(data)
+        done = 0
+        while done < len(view):
+            done += os.write(self.fd, view[done:])
+        self.size += done
+        self.dirty = True
+
+    def sync(self) -> None:
+        if self.fd >= 0 and self.dirty:
+            os.fsync(self.fd)
+            self.dirty = False
+        if self.index is not None:
+            self.index.flush()
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        unlock_file(self.lock)
+
+
+def copy_journal(
+    source: Source,
+    journal: str,
+    dest_root: str,
+    client_id: str,
+    reader: str,
+    stop: threading.Event | None = None,
+    on_bytes: Callable[[int], None] | None = None,
+    chunk: int = CHUNK,
+) -> CopyResult:
+    """Copy what `dest_root/<client_id>.<journal>` lacks of the source journal; then commit `reader`.
+
+    Raises CopyError naming client, journal, file and position when the source
+    shrank, was rewritten, has a gap or a corrupt frame; nothing already copied
+    is changed then.
+    """
+    dest_dir = os.path.join(dest_root, destination_name(client_id, journal))
+    where = f"client {client_id}, journal {journal}"
+    dest = _Destination(dest_dir)
+    copied = copied_bytes = 0
+    try:
+        src = source.segments(journal)
+        if not src:
+            return CopyResult(journal, dest_dir, 0, 0, dest.next or 0)
+        i = _resume_point(source, journal, src, dest, where)
+        if dest.next is None:
+            dest.next = src[0].first_offset  # a new copy starts where the source's retention starts
+        while i < len(src):
+            seg = src[i]
+            if dest.name != seg.name:
+                if seg.first_offset != dest.next:
+                    raise CopyError(
+                        f"{where}: gap: {source.describe(journal, seg.name)} starts at offset "
+                        f"{seg.first_offset}, the hub's copy continues at {dest.next}"
+                    )
+                dest.start_segment(seg.first_offset)
+            n, b, finished = _copy_segment(source, journal, seg, dest, where, stop, on_bytes, chunk)
+            copied += n
+            copied_bytes += b
+            last_listed = i == len(src) - 1
+            if not finished and not last_listed:
+                # A later segment exists, so the writer had finished this one: nothing may be left.
+                raise CopyError(
+                    f"{where}: {source.describe(journal, seg.name)} ends with an incomplete message at byte "
+                    f"{dest.size}, but a later segment exists"
+                )
+            if stop is not None and stop.is_set():
+                break
+            i += 1
+        dest.sync()
+        assert dest.next is not None
+        if copied or dest.next:
+            source.commit_offset(journal, reader, dest.next)
+        return CopyResult(journal, dest_dir, copied, copied_bytes, dest.next)
+    finally:
+        try:
+            dest.sync()
+        finally:
+            dest.close()
+
+
+def _resume_point(source: Source, journal: str, src: list[SourceSegment], dest: _Destination, where: str) -> int:
+    """Index of the source segment the copy continues in, after checking the hub's copy still matches it."""
+    if dest.next is None or (dest.size == 0 and dest.name == ""):
+        return 0
+    names = [s.name for s in src]
+    if dest.name not in names:
+        if dest.size == 0 and dest.next is not None:
+            later = [k for k, s in enumerate(src) if s.first_offset >= dest.next]
+            if later and src[later[0]].first_offset == dest.next:
+                return later[0]  # the hub's empty last segment is the source's next one
+        raise CopyError(
+            f"{where}: the source no longer has {dest.name} (the hub has {dest.size} bytes of it): "
+            f"deleted or rewritten under the hub; first source segment is {names[0]}"
+        )
+    k = names.index(dest.name)
+    seg = src[k]
+    if seg.size < dest.size:
+        raise CopyError(
+            f"{where}: {source.describe(journal, seg.name)} shrank to {seg.size} bytes; "
+            f"the hub already has {dest.size} bytes of it"
+        )
+    mine = dest.read_tail(CHECK_WINDOW)
+    theirs = source.read(journal, seg.name, dest.size - len(mine), len(mine))
+    if mine != theirs:
+        raise CopyError(
+            f"{where}: {source.describe(journal, seg.name)} was rewritten: its bytes "
+            f"{dest.size - len(mine)}..{dest.size} differ from the hub's copy"
+        )
+    return k
+
+
+def _copy_segment(
+    source: Source,
+    journal: str,
+    seg: SourceSegment,
+    dest: _Destination,
+    where: str,
+    stop: threading.Event | None,
+    on_bytes: Callable[[int], None] | None,
+    chunk: int,
+) -> tuple[int, int, bool]:
+    """Copy the frames the hub lacks of one segment; (messages, bytes, reached a clean end)."""
+    assert dest.next is not None and dest.index is not None
+    index = dest.index.index
+    next_entry = next_entry_after(index)
+    messages = copied = 0
+    want = chunk
+    while stop is None or not stop.is_set():
+        pos = dest.size
+        data = source.read(journal, seg.name, pos, want)
+        if not data:
+            return messages, copied, True
+        f = walk_frames(data, 0, len(data), pos, dest.next, dest.max_ts, next_entry, index)
+        if f.used:
+            dest.write(memoryview(data)[: f.used])
+            dest.sync()  # every chunk: durable before the offset on the source moves
+            messages += f.next_offset - dest.next
+            copied += f.used
+            dest.next, dest.max_ts, next_entry = f.next_offset, f.max_ts, f.next_entry
+            if on_bytes is not None:
+                on_bytes(f.used)
+        if f.problem is None:
+            want = chunk
+            continue
+        if not f.problem.incomplete:
+            raise CopyError(
+                f"{where}: corrupt frame in {source.describe(journal, seg.name)} at byte "
+                f"{pos + f.used}: {f.problem.reason}; copying stopped before it"
+            )
+        if len(data) < want:
+            return messages, copied, False  # the end for now: a message still being written
+        total = _frame_total(data, f.used, len(data))
+        want = max(chunk, total or 2 * want)  # a message bigger than a read
+    return messages, copied, True
+
+
+class JournalOutcome(NamedTuple):
+    journal: str
+    result: CopyResult | None
+    error: BaseException | None
+
+
+def copy_all(
+    make_source: Callable[[], Source],
+    dest_root: str,
+    client_id: str,
+    reader: str,
+    workers: int = 4,
+    stop: threading.Event | None = None,
+    on_bytes: Callable[[int], None] | None = None,
+) -> list[JournalOutcome]:
+    """Copy every journal of a source, several at once; one journal's error does not stop the others.
+
+    `make_source` gives each worker its own source (an SFTP channel each, over one connection).
+    """
+    lister = make_source()
+    try:
+        journals = lister.journals()
+    finally:
+        lister.close()
+    local = threading.local()
+    sources: list[Source] = []
+    sources_lock = threading.Lock()
+
+    def one(journal: str) -> JournalOutcome:
+        src = getattr(local, "source", None)
+        if src is None:
+            src = local.source = make_source()
+            with sources_lock:
+                sources.append(src)
+        try:
+            return JournalOutcome(
+                journal, copy_journal(src, journal, dest_root, client_id, reader, stop, on_bytes), None
+            )
+        except Exception as e:  # reported per journal; the others go on
+            log.error("%s", e)
+            return JournalOutcome(journal, None, e)
+
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, min(workers, len(journals) or 1))) as pool:
+            return list(pool.map(one, journals))
+    finally:
+        for s in sources:
+            s.close()

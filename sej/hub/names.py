@@ -1,0 +1,45 @@
+"""Names that come from a remote host, validated before they touch a local path.
+
+Everything a producer sends (journal directory names, segment file names) is
+matched against anchored patterns; nothing else can name a local file, so a
+hostile producer cannot write outside `<hub-root>/<client-id>.*`.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..errors import InvalidArgumentError
+from ..layout import SEGMENT_RE
+from ..shard.name import parse_shard
+
+CLIENT_ID_RE = re.compile(r"\A[A-Za-z0-9_-]+\Z")
+MAX_CLIENT_ID = 100
+
+
+def check_client_id(client_id: object) -> str:
+    if not isinstance(client_id, str) or not CLIENT_ID_RE.match(client_id) or len(client_id) > MAX_CLIENT_ID:
+        raise InvalidArgumentError(
+            f"client id must match [A-Za-z0-9_-]+ (at most {MAX_CLIENT_ID} characters), got {client_id!r}"
+        )
+    return client_id
+
+
+def check_journal_name(name: object) -> str:
+    """A client's journal directory name: a shard name (`prefix.bit.index`) or a plain prefix."""
+    parse_shard(name)  # raises InvalidArgumentError naming it
+    assert isinstance(name, str)
+    return name
+
+
+def check_segment_name(name: object) -> int:
+    """A segment file name (`%016x.jnl`); returns its first offset."""
+    m = SEGMENT_RE.match(name) if isinstance(name, str) else None
+    if m is None:
+        raise InvalidArgumentError(f"{name!r} is not a segment file name (16 lowercase hex digits + .jnl)")
+    return int(m.group(1), 16)
+
+
+def destination_name(client_id: str, journal: str) -> str:
+    """The hub directory of a client's journal: `<client-id>.<journal>`."""
+    return f"{check_client_id(client_id)}.{check_journal_name(journal)}"
