@@ -1,0 +1,181 @@
+"""SSH connections to producers (paramiko): verified host keys, key authentication, ~/.ssh/config.
+
+A host key is checked against known_hosts; an unknown or changed key refuses the
+connection unless accepting new keys was asked for explicitly. Only keys
+authenticate (no passwords), and no remote command is ever run: the hub speaks
+SFTP only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from typing import NamedTuple
+
+import paramiko
+
+from ..errors import InvalidArgumentError, SejError
+from .source import SftpSource
+
+_URL = re.compile(
+    r"\Assh://(?:(?P<user>[^@/:]+)@)?(?P<host>[^/:@]+|\[[0-9a-fA-F:.]+\])(?::(?P<port>\d+))?(?P<path>/.*)\Z"
+)
+
+
+class SshError(SejError):
+    """An SSH connection could not be made or was lost."""
+
+
+class HostKeyError(SshError):
+    """The producer's host key is unknown or does not match known_hosts."""
+
+
+class Location(NamedTuple):
+    """An `ssh://[user@]host[:port]/path` location."""
+
+    user: str | None
+    host: str
+    port: int | None
+    path: str
+
+    def __str__(self) -> str:
+        user = f"{self.user}@" if self.user else ""
+        port = f":{self.port}" if self.port else ""
+        return f"ssh://{user}{self.host}{port}{self.path}"
+
+
+def parse_location(text: str) -> Location | None:
+    """The SSH location in `text`, or None when it is a local path; bad ssh:// URLs raise."""
+    if not text.startswith("ssh://"):
+        return None
+    m = _URL.match(text)
+    if not m:
+        raise InvalidArgumentError(f"{text!r} is not an ssh://[user@]host[:port]/path location")
+    port = int(m.group("port")) if m.group("port") else None
+    if port is not None and not 0 < port < 65536:
+        raise InvalidArgumentError(f"port {port} in {text!r} is not a TCP port")
+    return Location(m.group("user"), m.group("host").strip("[]"), port, m.group("path"))
+
+
+class Endpoint(NamedTuple):
+    """Everything needed to connect, after ~/.ssh/config was applied."""
+
+    host: str  # the name to connect to
+    alias: str  # the name the user gave (and that known_hosts may use)
+    port: int
+    user: str
+    identity: list[str]
+    known_hosts: str
+
+
+def resolve(
+    host: str,
+    port: int | None = None,
+    user: str | None = None,
+    identity: str | None = None,
+    known_hosts: str | None = None,
+    ssh_config: str | None = None,
+) -> Endpoint:
+    """Apply ~/.ssh/config (or `ssh_config`) to the given options; explicit options win."""
+    config_path = os.path.expanduser(ssh_config or "~/.ssh/config")
+    entry: dict[str, object] = {}
+    if os.path.exists(config_path):
+        entry = dict(paramiko.SSHConfig.from_path(config_path).lookup(host))
+    hostname = str(entry.get("hostname", host))
+    identities = [identity] if identity else [str(p) for p in entry.get("identityfile", [])]  # type: ignore[attr-defined]
+    if not identities:
+        identities = [
+            p
+            for p in ("~/.ssh/id_ed25519", "~/.ssh/id_ecdsa", "~/.ssh/id_rsa")
+            if os.path.exists(os.path.expanduser(p))
+        ]
+    kh = known_hosts or str(entry.get("userknownhostsfile", "~/.ssh/known_hosts")).split()[0]
+    return Endpoint(
+        host=hostname,
+        alias=host,
+        port=port or int(str(entry.get("port", 22))),
+        user=user or str(entry.get("user", os.environ.get("USER") or _whoami())),
+        identity=[os.path.expanduser(p) for p in identities],
+        known_hosts=os.path.expanduser(kh),
+    )
+
+
+def _whoami() -> str:
+    import getpass
+
+    return getpass.getuser()
+
+
+def connect(ep: Endpoint, accept_new_host_key: bool = False, timeout: float = 15.0) -> paramiko.SSHClient:
+    """An authenticated SSH connection to `ep`; HostKeyError or SshError with one clear reason."""
+    client = paramiko.SSHClient()
+    try:
+        if os.path.exists(ep.known_hosts):
+            client.load_host_keys(ep.known_hosts)
+        elif not accept_new_host_key:
+            raise HostKeyError(f"known_hosts file {ep.known_hosts} does not exist: cannot verify {ep.host}")
+        if accept_new_host_key:
+            client.set_missing_host_key_policy(paramiko.AutoAddPolicy())  # explicit opt-in only
+        else:
+            client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        if not ep.identity:
+            raise SshError(f"no SSH identity file for {ep.user}@{ep.host}: pass one (--identity or identity_file)")
+        client.connect(
+            ep.host,
+            port=ep.port,
+            username=ep.user,
+            key_filename=ep.identity,
+            look_for_keys=False,
+            allow_agent=False,
+            timeout=timeout,
+            banner_timeout=timeout,
+            auth_timeout=timeout,
+        )
+        if accept_new_host_key and os.path.isdir(os.path.dirname(ep.known_hosts) or "."):
+            client.save_host_keys(ep.known_hosts)
+        transport = client.get_transport()
+        if transport is not None:
+            transport.set_keepalive(15)
+        return client
+    except paramiko.BadHostKeyException as e:
+        client.close()
+        raise HostKeyError(
+            f"host key of [{ep.host}]:{ep.port} does not match {ep.known_hosts} "
+            f"(got {e.key.get_name()} {e.key.get_fingerprint().hex()}): refusing to connect"
+        ) from None
+    except paramiko.AuthenticationException as e:
+        client.close()
+        raise SshError(f"{ep.user}@{ep.host}:{ep.port}: key authentication failed: {e}") from None
+    except paramiko.SSHException as e:
+        client.close()
+        if "not found in known_hosts" in str(e):
+            raise HostKeyError(
+                f"host [{ep.host}]:{ep.port} is not in {ep.known_hosts}: refusing to connect "
+                "(add its key, or accept new host keys explicitly)"
+            ) from None
+        raise SshError(f"{ep.user}@{ep.host}:{ep.port}: {e}") from None
+    except (TimeoutError, OSError, EOFError) as e:
+        client.close()
+        raise SshError(f"{ep.user}@{ep.host}:{ep.port}: {e}") from None
+    except BaseException:
+        client.close()
+        raise
+
+
+def sftp_sources(client: paramiko.SSHClient, root: str, label: str) -> Callable[[], SftpSource]:
+    """A factory of SftpSources, each on its own SFTP channel of the one connection."""
+    transport = client.get_transport()
+    if transport is None or not transport.is_active():
+        raise SshError(f"{label}: the SSH connection is closed")
+
+    def make() -> SftpSource:
+        try:
+            sftp = paramiko.SFTPClient.from_transport(transport)
+        except (paramiko.SSHException, OSError, EOFError) as e:
+            raise SshError(f"{label}: cannot open an SFTP channel: {e}") from None
+        if sftp is None:
+            raise SshError(f"{label}: cannot open an SFTP channel")
+        return SftpSource(sftp, root, label)
+
+    return make
