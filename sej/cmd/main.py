@@ -20,6 +20,7 @@ import click
 
 from .. import __version__
 from ..errors import InvalidArgumentError, LockedError, OffsetOutOfRangeError, SejError
+from .copy import copy_cmd
 from .errors import INTERRUPTED, OK, PROBLEMS, USAGE, Failure, Usage
 from .maintenance import old, stat, verify
 from .messages import count, scan, tail
@@ -154,7 +155,7 @@ def cli(debug: bool) -> None:
     quiet_library_logs(not debug)
 
 
-for command in (dump, file_cmd, scan, count, tail, offset_cmd, reset, old, verify, stat):
+for command in (dump, file_cmd, scan, count, tail, offset_cmd, reset, old, verify, stat, copy_cmd):
     cli.add_command(command)
 
 
