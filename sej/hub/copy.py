@@ -275,6 +275,7 @@ def copy_all(
 
     `make_source` gives each worker its own source (an SFTP channel each, over one connection).
     """
+    os.makedirs(dest_root, exist_ok=True)
     lister = make_source()
     try:
         journals = lister.journals()

@@ -1,0 +1,350 @@
+"""The hub's copy engine on this machine: exactly once, always a prefix, faults, hostile names."""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import sej
+from sej.hub import CopyError, LocalSource, copy_all, copy_journal, destination_name
+from sej.hub.names import check_journal_name, check_segment_name
+from sej.offset import read_offset_file
+
+from .conftest import REPO, popen_python, run_python
+
+
+def produce(root: str, n: int, segment_size: int = 3000, seed: int = 0) -> None:
+    rng = random.Random(seed)
+    with sej.ShardedWriter(root, "p", shard_bit=2, segment_size=segment_size) as w:
+        for i in range(n):
+            w.append(b"v%d-" % i + rng.randbytes(rng.randrange(0, 60)), key=b"k%d" % rng.randrange(50))
+
+
+def journal_files(d: str) -> dict[str, bytes]:
+    jdir = os.path.join(d, "jnl")
+    return {f: Path(jdir, f).read_bytes() for f in sorted(os.listdir(jdir)) if f.endswith(".jnl")}
+
+
+def assert_identical(src: str, hub: str, client: str = "c1") -> None:
+    journals = sorted(d for d in os.listdir(src) if os.path.isdir(os.path.join(src, d, "jnl")))
+    assert journals
+    for j in journals:
+        assert journal_files(os.path.join(src, j)) == journal_files(os.path.join(hub, f"{client}.{j}")), j
+
+
+def assert_prefix(src: str, hub: str, client: str = "c1") -> None:
+    """Every hub segment is a byte prefix of the source segment of the same name; no gaps."""
+    for d in os.listdir(hub):
+        if not d.startswith(client + "."):
+            continue
+        mine = journal_files(os.path.join(hub, d))
+        theirs = journal_files(os.path.join(src, d[len(client) + 1 :]))
+        names = list(mine)
+        assert names == list(theirs)[: len(names)], (d, names)
+        for i, name in enumerate(names):
+            if i < len(names) - 1:
+                assert mine[name] == theirs[name], (d, name)
+            else:
+                assert theirs[name].startswith(mine[name]), (d, name)
+
+
+def test_full_copy_is_byte_identical_and_commits_the_hub_offset(tmp_path) -> None:
+    src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
+    produce(src, 2000)
+    out = copy_all(lambda: LocalSource(src), hub, "c1", "hub")
+    assert all(o.error is None for o in out) and len(out) == 4
+    assert_identical(src, hub)
+    for o in out:
+        assert o.result is not None
+        assert o.result.messages == sej.next_offset(os.path.join(src, o.journal)) == o.result.next_offset
+        assert read_offset_file(os.path.join(src, o.journal, "ofs", "hub.ofs")) == o.result.next_offset
+        with sej.Scanner(o.result.destination, 0, timeout=0) as s:
+            assert sum(1 for _ in s) == o.result.messages
+    again = copy_all(lambda: LocalSource(src), hub, "c1", "hub")
+    assert [o.result.messages for o in again if o.result] == [0, 0, 0, 0]
+
+
+def test_single_journal_source_and_a_retention_trimmed_source(tmp_path) -> None:
+    src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
+    with sej.Writer(os.path.join(src, "solo"), segment_size=500) as w:
+        for i in range(200):
+            w.append(b"m%d" % i)
+    segs = sej.list_segments(os.path.join(src, "solo"))
+    for s in segs[:3]:
+        os.remove(s.path)  # retention ran before the hub's first copy
+    r = copy_journal(LocalSource(os.path.join(src, "solo")), "solo", hub, "c1", "hub")
+    assert r.next_offset == 200 and r.messages == 200 - segs[3].first_offset
+    assert journal_files(os.path.join(src, "solo")) == journal_files(os.path.join(hub, "c1.solo"))
+    assert sej.first_offset(os.path.join(hub, "c1.solo")) == segs[3].first_offset
+
+
+def test_a_message_bigger_than_one_read(tmp_path) -> None:
+    src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
+    with sej.Writer(os.path.join(src, "big")) as w:
+        w.append(b"a")
+        w.append(os.urandom(50_000))
+        w.append(b"b")
+    r = copy_journal(LocalSource(src), "big", hub, "c1", "hub", chunk=1000)
+    assert r.messages == 3
+    assert_identical(src, hub)
+
+
+PRODUCER = r"""
+import random, sys, time, sej
+root, n, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+rng = random.Random(seed)
+with sej.ShardedWriter(root, "p", shard_bit=2, segment_size=2000, durability="flush") as w:
+    for i in range(n):
+        w.append(b"v%d-" % i + rng.randbytes(rng.randrange(0, 80)), key=b"k%d" % rng.randrange(40))
+        if i % 50 == 0:
+            time.sleep(0.005)
+"""
+
+
+def test_incremental_copies_while_the_producer_writes_and_rolls(tmp_path) -> None:
+    src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
+    os.makedirs(src)
+    producer = popen_python(PRODUCER, src, "4000", "1")
+    passes = 0
+    try:
+        deadline = time.monotonic() + 60
+        while producer.poll() is None and time.monotonic() < deadline:
+            out = copy_all(lambda: LocalSource(src), hub, "c1", "hub")
+            assert all(o.error is None for o in out), [o.error for o in out]
+            assert_prefix(src, hub)
+            passes += 1
+        assert producer.wait(30) == 0
+    finally:
+        producer.kill()
+    copy_all(lambda: LocalSource(src), hub, "c1", "hub")
+    assert passes > 3
+    assert_identical(src, hub)
+    assert sum(sej.next_offset(os.path.join(hub, d)) for d in os.listdir(hub)) == 4000
+    assert max(len(sej.list_segments(os.path.join(hub, d))) for d in os.listdir(hub)) > 10
+
+
+COPIER = r"""
+import sys, time
+from sej.hub import LocalSource, copy_all
+src, hub, chunk = sys.argv[1], sys.argv[2], int(sys.argv[3])
+import sej.hub.copy as c
+c.CHUNK = chunk
+print("start", flush=True)
+for _ in range(100000):
+    copy_all(lambda: LocalSource(src), hub, "c1", "hub", workers=2)
+"""
+
+
+def test_copier_killed_at_random_moments_never_gaps_or_duplicates(tmp_path) -> None:
+    seed = int(os.environ.get("SEJ_HUB_SEED", random.randrange(1 << 30)))
+    print("seed", seed)
+    rng = random.Random(seed)
+    src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
+    os.makedirs(src)
+    producer = popen_python(PRODUCER, src, "6000", str(seed))
+    rounds = 0
+    try:
+        deadline = time.monotonic() + 45
+        while rounds < 25 and time.monotonic() < deadline:
+            copier = popen_python(COPIER, src, hub, str(rng.choice([97, 1000, 1 << 16])), stdout=subprocess.PIPE)
+            assert copier.stdout is not None
+            copier.stdout.readline()
+            time.sleep(rng.uniform(0.0, 0.25))
+            copier.send_signal(signal.SIGKILL)
+            assert copier.wait(10) == -signal.SIGKILL
+            rounds += 1
+            assert_prefix(src, hub)
+            for d in os.listdir(hub):  # the offset on the source never runs ahead of the hub's durable copy
+                committed = read_offset_file(os.path.join(src, d[3:], "ofs", "hub.ofs"))
+                if committed is not None:
+                    have = sej.next_offset(os.path.join(hub, d))  # read only: a torn tail is not counted
+                    assert committed <= have, (d, committed, have)
+        assert producer.wait(60) == 0
+    finally:
+        producer.kill()
+    out = copy_all(lambda: LocalSource(src), hub, "c1", "hub")
+    assert all(o.error is None for o in out), [o.error for o in out]
+    assert rounds >= 10
+    assert_identical(src, hub)
+    for o in out:
+        assert o.result is not None
+        with sej.Scanner(o.result.destination, 0, timeout=0) as s:
+            offsets = [m.offset for m in s]
+        assert offsets == list(range(len(offsets))) and len(offsets) == o.result.next_offset
+
+
+# -- sources that disagree with the hub ------------------------------------------------------------
+
+
+@pytest.fixture
+def copied(tmp_path) -> tuple[str, str]:
+    src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
+    produce(src, 600)
+    copy_all(lambda: LocalSource(src), hub, "c1", "hub")
+    return src, hub
+
+
+def last_segment(journal: str) -> str:
+    return sej.list_segments(journal)[-1].path
+
+
+def snapshot(hub: str) -> dict[str, dict[str, bytes]]:
+    return {d: journal_files(os.path.join(hub, d)) for d in sorted(os.listdir(hub))}
+
+
+@pytest.mark.parametrize("damage", ["shrank", "rewritten", "deleted", "corrupt-new-frame"])
+def test_a_source_that_disagrees_stops_that_journal_only(copied: tuple[str, str], damage: str) -> None:
+    src, hub = copied
+    victim = os.path.join(src, "p.2.001")
+    copied_seg = last_segment(os.path.join(hub, "c1.p.2.001"))  # the hub's last segment, as it has it
+    produce(src, 200, seed=5)  # more data for everyone
+    seg = last_segment(victim)
+    before = snapshot(hub)
+    if damage == "shrank":
+        os.truncate(sej.list_segments(victim)[-2].path, 10)
+        seg = sej.list_segments(victim)[-2].path
+    elif damage == "rewritten":  # bytes the hub already holds change under it
+        seg = os.path.join(victim, "jnl", os.path.basename(copied_seg))
+        data = bytearray(Path(seg).read_bytes())
+        data[os.path.getsize(copied_seg) - 10] ^= 0xFF
+        Path(seg).write_bytes(bytes(data))
+    elif damage == "deleted":
+        for s in sej.list_segments(victim):
+            os.remove(s.path)
+        with sej.Writer(victim, start_offset=10_000) as w:
+            w.append(b"new history")
+        seg = last_segment(victim)
+    else:
+        with open(seg, "ab") as f:
+            f.write(b"\x00" * 8 + b"garbage-garbage-garbage-garbage")
+    out = {o.journal: o for o in copy_all(lambda: LocalSource(src), hub, "c1", "hub")}
+    err = out["p.2.001"].error
+    assert isinstance(err, CopyError), err
+    assert "client c1" in str(err) and "p.2.001" in str(err)
+    if damage != "deleted":
+        assert os.path.basename(seg) in str(err)
+    assert re.search(r"byte|bytes|offset", str(err))
+    assert all(out[j].error is None for j in out if j != "p.2.001"), "the other journals go on"
+    after = snapshot(hub)
+    mine = "c1.p.2.001"
+    if damage == "corrupt-new-frame":
+        # Everything before the corrupt frame was copied; nothing after it.
+        assert_prefix(src, hub)
+        assert after[mine] != before[mine]
+    else:
+        assert after[mine] == before[mine], "nothing already copied is touched"
+
+
+# -- hostile names -------------------------------------------------------------------------------
+
+
+HOSTILE = ["../x", "a/b", ".", "..", "x" * 300, "a\0b", "/etc", "p.2.001/../../x", "", "a b", "ok\n"]
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_hostile_names_are_refused(name: str) -> None:
+    with pytest.raises(sej.InvalidArgumentError):
+        check_journal_name(name)
+    with pytest.raises(sej.InvalidArgumentError):
+        destination_name("c1", name)
+    with pytest.raises(sej.InvalidArgumentError):
+        check_segment_name(name)
+    with pytest.raises(sej.InvalidArgumentError):
+        destination_name(name, "p.2.001")  # as a client id
+
+
+class HostileSource(LocalSource):
+    """A producer that lies about its names (what a compromised host could send over SFTP)."""
+
+    def journals(self) -> list[str]:
+        return HOSTILE + super().journals()
+
+
+def test_a_hostile_source_cannot_write_outside_the_client_directories(tmp_path) -> None:
+    src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
+    produce(src, 100)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if "hub" not in p.parts)
+    out = copy_all(lambda: HostileSource(src), hub, "c1", "hub")
+    bad = [o for o in out if o.error is not None]
+    assert len(bad) == len(HOSTILE)
+    assert all(isinstance(o.error, sej.InvalidArgumentError) for o in bad)
+    assert sorted(os.listdir(hub)) == ["c1.p.2.000", "c1.p.2.001", "c1.p.2.002", "c1.p.2.003"]
+    after = sorted(
+        p.relative_to(tmp_path) for p in tmp_path.rglob("*") if "hub" not in p.parts and "ofs" not in p.parts
+    )
+    assert [p for p in after if p not in before] == []
+
+
+# -- ordering: the offset on the source moves only after the hub's fsync --------------------------
+
+
+@pytest.mark.skipif(shutil.which("strace") is None and not os.environ.get("CI"), reason="needs strace")
+def test_the_source_offset_is_committed_only_after_the_fsync_of_the_copy(tmp_path) -> None:
+    src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
+    produce(src, 300)
+    log = tmp_path / "strace.log"
+    code = (
+        "import sys; from sej.hub import LocalSource, copy_journal\n"
+        "import sej.hub.copy as c\n"
+        "copy_journal(LocalSource(sys.argv[1]), 'p.2.000', sys.argv[2], 'c1', 'hub', chunk=700)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    subprocess.run(
+        ["strace", "-f", "-qq", "-o", str(log), "-e", "trace=openat,write,fsync,fdatasync,rename",
+         sys.executable, "-c", code, src, hub],
+        check=True, env=env, capture_output=True, timeout=60,
+    )  # fmt: skip
+    paths: dict[int, str] = {}
+    events: list[tuple[str, str]] = []
+    for line in log.read_text().splitlines():
+        m = re.match(r"^\d+\s+(\w+)\((.*)\)\s+=\s+(-?\d+)", line)
+        if not m:
+            continue
+        name, args, ret = m.group(1), m.group(2), int(m.group(3))
+        if name == "openat":
+            o = re.match(r'AT_FDCWD, "([^"]*)"', args)
+            if o and ret >= 0:
+                paths[ret] = o.group(1)
+        elif name == "rename":
+            events.append(("rename", args.split('", "')[1].rstrip('"')))
+        else:
+            events.append((name, paths.get(int(args.split(",")[0]), "?")))
+    copy_writes = [i for i, (n, p) in enumerate(events) if n == "write" and "/hub/c1.p.2.000/jnl/" in p]
+    commits = [i for i, (n, p) in enumerate(events) if n == "rename" and p.endswith("/ofs/hub.ofs")]
+    assert copy_writes and commits
+    for c in commits:
+        written_before = [i for i in copy_writes if i < c]
+        last_write = max(written_before)
+        assert any(
+            n in ("fsync", "fdatasync") and "/hub/c1.p.2.000/jnl/" in p for n, p in events[last_write:c]
+        ), "the copied bytes were fsynced before the source offset moved"
+    assert read_offset_file(os.path.join(src, "p.2.000", "ofs", "hub.ofs")) == sej.next_offset(
+        os.path.join(hub, "c1.p.2.000")
+    )
+
+
+# -- the command ---------------------------------------------------------------------------------
+
+
+def test_sej_copy_command_local(tmp_path) -> None:
+    src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
+    produce(src, 500)
+    r = subprocess.run(
+        [sys.executable, "-m", "sej.cmd", "copy", src, hub, "--client-id", "h1", "--reader-name", "hub2"],
+        capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=60,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert len(r.stdout.splitlines()) == 4 and "next offset" in r.stdout
+    assert_identical(src, hub, client="h1")
+    assert read_offset_file(os.path.join(src, "p.2.000", "ofs", "hub2.ofs")) is not None
+    bad = run_python("from sej.cmd.main import main; main()", "copy", src, hub, "--client-id", "a.b")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr and "client id" in bad.stderr
