@@ -5,9 +5,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from .sshd import Sshd
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -29,3 +34,28 @@ def run_python(code: str, *args: str, timeout: float = 60, **kw: object) -> subp
 def popen_python(code: str, *args: str, **kw: object) -> subprocess.Popen[str]:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     return subprocess.Popen([sys.executable, "-c", code, *args], text=True, env=env, **kw)
+
+
+@pytest.fixture(scope="session")
+def sshd() -> Iterator[Sshd]:
+    """A real OpenSSH sshd on 127.0.0.1 (tests/sshd.py), one per test session (per xdist worker).
+
+    Skipped where /usr/sbin/sshd cannot be used, unless the environment variable CI is set: then it fails,
+    so that CI cannot silently skip the SSH tests (.ci/run installs openssh-server).
+    """
+    from .sshd import Sshd, SshdError, sshd_available
+
+    in_ci = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+    missing = sshd_available()
+    if missing is not None:
+        if in_ci:
+            pytest.fail(f"CI is set but sshd cannot be used: {missing}", pytrace=False)
+        pytest.skip(f"no sshd for the SSH tests: {missing}")
+    try:
+        server = Sshd()
+    except (SshdError, OSError, subprocess.SubprocessError) as e:
+        if in_ci:
+            pytest.fail(f"CI is set but sshd failed to start: {e}", pytrace=False)
+        pytest.skip(f"sshd failed to start (set CI=1 to make this an error): {e}")
+    with server:
+        yield server

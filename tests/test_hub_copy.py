@@ -18,6 +18,7 @@ import sej
 from sej.hub import CopyError, LocalSource, copy_all, copy_journal, destination_name
 from sej.hub.names import check_journal_name, check_segment_name
 from sej.offset import read_offset_file
+from sej.shard import is_shard_name
 
 from .conftest import REPO, popen_python, run_python
 
@@ -35,7 +36,7 @@ def journal_files(d: str) -> dict[str, bytes]:
 
 
 def assert_identical(src: str, hub: str, client: str = "c1") -> None:
-    journals = sorted(d for d in os.listdir(src) if os.path.isdir(os.path.join(src, d, "jnl")))
+    journals = sorted(d for d in os.listdir(src) if os.path.isdir(os.path.join(src, d, "jnl")) and is_shard_name(d))
     assert journals
     for j in journals:
         assert journal_files(os.path.join(src, j)) == journal_files(os.path.join(hub, f"{client}.{j}")), j

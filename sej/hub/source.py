@@ -25,6 +25,10 @@ log = logging.getLogger("sej.hub")
 U64 = struct.Struct(">Q")
 
 
+_TRANSPORT_ERRORS = (OSError, EOFError, paramiko.SSHException)
+"""What a read from a producer can fail with (a cut connection raises EOFError or SSHException)."""
+
+
 class SourceSegment(NamedTuple):
     first_offset: int
     name: str
@@ -125,7 +129,7 @@ class SftpSource:
             is_journal = stat.S_ISDIR(sftp.stat(posixpath.join(root, "jnl")).st_mode or 0)
         except FileNotFoundError:
             is_journal = False
-        except OSError as e:
+        except _TRANSPORT_ERRORS as e:
             raise SourceError(f"{label}:{root}: {e}") from None
         self.root = posixpath.dirname(root) if is_journal else root
         self._only: list[str] | None = [check_journal_name(posixpath.basename(root))] if is_journal else None
@@ -135,7 +139,7 @@ class SftpSource:
             return list(self._only)
         try:
             entries = self.sftp.listdir_attr(self.root)
-        except OSError as e:
+        except _TRANSPORT_ERRORS as e:
             raise SourceError(f"{self.label}:{self.root}: {e}") from None
         names = []
         for entry in entries:
@@ -157,7 +161,7 @@ class SftpSource:
             entries = [
                 (e.filename, e.st_size or 0) for e in self.sftp.listdir_attr(jdir) if stat.S_ISREG(e.st_mode or 0)
             ]
-        except OSError as e:
+        except _TRANSPORT_ERRORS as e:
             raise SourceError(f"{self.label}:{jdir}: {e}") from None
         return _valid_segments(entries, jdir)
 
@@ -170,7 +174,7 @@ class SftpSource:
                 if end <= pos:
                     return b""
                 return b"".join(f.readv([(pos, end - pos)]))
-        except OSError as e:
+        except _TRANSPORT_ERRORS as e:
             raise SourceError(f"{self.label}:{path}: {e}") from None
 
     def commit_offset(self, journal: str, reader: str, value: int) -> None:
@@ -187,7 +191,7 @@ class SftpSource:
                 f.flush()
                 _fsync(self.sftp, f)
             self.sftp.posix_rename(tmp, final)
-        except OSError as e:
+        except _TRANSPORT_ERRORS as e:
             raise SourceError(f"{self.label}:{final}: {e}") from None
 
     def describe(self, journal: str, name: str = "") -> str:

@@ -1,0 +1,207 @@
+"""The hub over real SSH: an OpenSSH sshd on 127.0.0.1 (tests/sshd.py), paramiko SFTP, real faults."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import sej
+from sej.hub import copy_all
+from sej.hub.ssh import HostKeyError, connect, resolve, sftp_sources
+from sej.offset import read_offset_file
+
+from .conftest import REPO, popen_python
+from .test_hub_copy import PRODUCER, assert_identical, assert_prefix, produce
+
+
+def endpoint(sshd, known_hosts=None):  # type: ignore[no-untyped-def]
+    return resolve(
+        "127.0.0.1",
+        sshd.port,
+        sshd.user,
+        str(sshd.identity),
+        str(known_hosts or sshd.known_hosts),
+        ssh_config=os.devnull,
+    )
+
+
+def copy_over_ssh(sshd, src: str, hub: str, workers: int = 4):  # type: ignore[no-untyped-def]
+    client = connect(endpoint(sshd))
+    try:
+        return copy_all(sftp_sources(client, src, "test"), hub, "c1", "hub", workers=workers)
+    finally:
+        client.close()
+
+
+def test_full_copy_over_ssh_is_byte_identical(sshd, tmp_path) -> None:
+    src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
+    produce(src, 3000, segment_size=5000)
+    out = copy_over_ssh(sshd, src, hub)
+    assert len(out) == 4 and all(o.error is None for o in out), [o.error for o in out]
+    assert_identical(src, hub)
+    for o in out:
+        assert o.result is not None
+        # The hub's position, written over SFTP (temp file + rename), is the copy's next offset.
+        assert read_offset_file(os.path.join(src, o.journal, "ofs", "hub.ofs")) == o.result.next_offset
+    assert not [f for d in os.listdir(src) for f in os.listdir(os.path.join(src, d, "ofs")) if f.endswith(".tmp")]
+
+
+def test_incremental_copies_over_one_connection_while_producing(sshd, tmp_path) -> None:
+    src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
+    os.makedirs(src)
+    producer = popen_python(PRODUCER, src, "3000", "7")
+    client = connect(endpoint(sshd))
+    passes = 0
+    try:
+        make = sftp_sources(client, src, "test")
+        deadline = time.monotonic() + 60
+        while producer.poll() is None and time.monotonic() < deadline:
+            out = copy_all(make, hub, "c1", "hub")
+            assert all(o.error is None for o in out), [o.error for o in out]
+            assert_prefix(src, hub)
+            passes += 1
+        assert producer.wait(30) == 0
+        copy_all(make, hub, "c1", "hub")
+    finally:
+        producer.kill()
+        client.close()
+    assert passes > 2
+    assert_identical(src, hub)
+
+
+SSH_COPIER = r"""
+import sys
+from sej.hub import copy_all
+from sej.hub.ssh import connect, resolve, sftp_sources
+import sej.hub.copy as c
+port, user, identity, known, src, hub, chunk = sys.argv[1:8]
+c.CHUNK = int(chunk)
+client = connect(resolve("127.0.0.1", int(port), user, identity, known, ssh_config="/dev/null"))
+print("connected", flush=True)
+make = sftp_sources(client, src, "copier")
+for _ in range(100000):
+    copy_all(make, hub, "c1", "hub", workers=2)
+"""
+
+
+def test_hub_killed_and_connection_cut_at_random_moments(sshd, tmp_path) -> None:
+    seed = int(os.environ.get("SEJ_HUB_SEED", random.randrange(1 << 30)))
+    print("seed", seed)
+    rng = random.Random(seed)
+    src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
+    os.makedirs(src)
+    producer = popen_python(PRODUCER, src, "5000", str(seed))
+    kills = cuts = 0
+    try:
+        deadline = time.monotonic() + 60
+        for round_ in range(30):
+            if time.monotonic() > deadline:
+                break
+            chunk = str(rng.choice([500, 4096, 1 << 16]))
+            if round_ % 2 == 0:  # the hub process dies
+                args = (str(sshd.port), sshd.user, str(sshd.identity), str(sshd.known_hosts), src, hub, chunk)
+                copier = popen_python(SSH_COPIER, *args, stdout=subprocess.PIPE)
+                assert copier.stdout is not None
+                assert copier.stdout.readline().strip() == "connected"
+                time.sleep(rng.uniform(0.0, 0.3))
+                copier.send_signal(signal.SIGKILL)
+                assert copier.wait(10) == -signal.SIGKILL
+                kills += 1
+            else:  # the SSH connection is cut under a copy in this process
+                client = connect(endpoint(sshd))
+                errors: list[object] = []
+
+                def run(client=client, errors=errors) -> None:  # type: ignore[no-untyped-def]
+                    try:
+                        for _ in range(1000):
+                            out = copy_all(sftp_sources(client, src, "t"), hub, "c1", "hub", workers=2)
+                            errors.extend(o.error for o in out if o.error is not None)
+                            if errors:
+                                return
+                    except sej.SejError as e:  # the connection died between journals
+                        errors.append(e)
+
+                t = threading.Thread(target=run)
+                t.start()
+                time.sleep(rng.uniform(0.02, 0.3))
+                sshd.kill_connections()
+                t.join(30)
+                assert not t.is_alive()
+                client.close()
+                assert errors, "cutting the connection is noticed"
+                cuts += 1
+            assert_prefix(src, hub)
+            for d in os.listdir(hub):
+                committed = read_offset_file(os.path.join(src, d[3:], "ofs", "hub.ofs"))
+                if committed is not None:
+                    assert committed <= sej.next_offset(os.path.join(hub, d))
+        assert producer.wait(60) == 0
+    finally:
+        producer.kill()
+    out = copy_over_ssh(sshd, src, hub)
+    assert all(o.error is None for o in out), [o.error for o in out]
+    assert kills >= 5 and cuts >= 5
+    assert_identical(src, hub)
+    for o in out:
+        assert o.result is not None
+        with sej.Scanner(o.result.destination, 0, timeout=0) as s:
+            offsets = [m.offset for m in s]
+        assert offsets == list(range(o.result.next_offset)), "no gap, no duplicate"
+
+
+def test_host_key_mismatch_and_unknown_host_are_refused(sshd, tmp_path) -> None:
+    other = sshd.other_known_hosts(tmp_path / "other_known_hosts")
+    with pytest.raises(HostKeyError, match="does not match"):
+        connect(endpoint(sshd, other))
+    empty = tmp_path / "empty_known_hosts"
+    empty.write_text("")
+    with pytest.raises(HostKeyError, match="is not in"):
+        connect(endpoint(sshd, empty))
+    with pytest.raises(HostKeyError, match="does not exist"):
+        connect(endpoint(sshd, tmp_path / "missing"))
+    assert empty.read_text() == "", "nothing was added to known_hosts"
+
+
+def sej_copy(*args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run(
+        [sys.executable, "-m", "sej.cmd", "copy", *args], capture_output=True, text=True, env=env, timeout=120
+    )
+
+
+def test_sej_copy_command_over_ssh(sshd, tmp_path) -> None:
+    src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
+    produce(src, 800)
+    url = f"ssh://{sshd.user}@127.0.0.1:{sshd.port}{src}"
+    keys = ["--identity", str(sshd.identity), "--known-hosts", str(sshd.known_hosts)]
+    r = sej_copy(url, hub, *keys)
+    assert r.returncode == 0, r.stderr
+    assert sorted(os.listdir(hub)) == [f"127-0-0-1.p.2.00{i}" for i in range(4)]
+    assert_identical(src, hub, client="127-0-0-1")
+    other = sshd.other_known_hosts(tmp_path / "kh")
+    bad = sej_copy(url, str(tmp_path / "hub2"), "--identity", str(sshd.identity), "--known-hosts", str(other))
+    assert bad.returncode == 1 and "Traceback" not in bad.stderr
+    assert bad.stderr.startswith("sej: error: ") and "does not match" in bad.stderr
+    assert not os.path.exists(tmp_path / "hub2" / "127-0-0-1.p.2.000")
+    assert sej_copy("ssh://nohost", hub).returncode == 2  # not an ssh:// location with a path
+
+
+def test_remote_names_that_are_not_journals_are_skipped(sshd, tmp_path) -> None:
+    src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
+    produce(src, 100)
+    for name in ("evil dir", ".hidden", "p.3.00z", "x..1.000"):
+        os.makedirs(os.path.join(src, name, "jnl"))
+        with open(os.path.join(src, name, "jnl", "0000000000000000.jnl"), "wb") as f:
+            f.write(b"not copied")
+    os.symlink("/etc", os.path.join(src, "p.2.001", "jnl", "0000000000000fff.jnl.cut-0-0"))
+    out = copy_over_ssh(sshd, src, hub)
+    assert sorted(o.journal for o in out) == [f"p.2.00{i}" for i in range(4)]
+    assert sorted(os.listdir(hub)) == [f"c1.p.2.00{i}" for i in range(4)]
+    assert_identical(src, hub)
