@@ -56,7 +56,18 @@ HEAD = struct.Struct(">QqBb")
 I32 = struct.Struct(">i")
 TS = struct.Struct(">q")
 
-BENCHMARKS = ("append", "append_many", "scan", "group_commit", "follow", "open_seek", "sqlite", "sharded", "hub_copy")
+BENCHMARKS = (
+    "append",
+    "append_many",
+    "scan",
+    "group_commit",
+    "follow",
+    "open_seek",
+    "sqlite",
+    "sharded",
+    "hub_copy",
+    "hub_latency",
+)
 
 
 @dataclass
@@ -1084,6 +1095,92 @@ def bench_hub_copy(cfg: Config, scratch: Path) -> list[Result]:
     ]
 
 
+HUB_POLL = 0.2  # seconds: the sej-hub poll interval of benchmark 11
+
+
+def bench_hub_latency(cfg: Config, scratch: Path) -> list[Result]:
+    """Time from a producer's append to the message's arrival in the hub's copy while `sej-hub` runs."""
+    server = _sshd()
+    if server is None:
+        log("  openssh-server is missing: skipped")
+        return []
+    hub_proc = None
+    try:
+        src, hub = fresh(scratch / "latsrc"), fresh(scratch / "lathub")
+        src.mkdir()
+        config = scratch / "hub.toml"
+        config.write_text(
+            f'hub_root = "{hub}"\nhub_name = "bench"\npoll_interval = {HUB_POLL}\n\n[[client]]\n'
+            f'client_id = "c"\nhost = "127.0.0.1"\nport = {server.port}\nuser = "{server.user}"\n'  # type: ignore[attr-defined]
+            f'identity_file = "{server.identity}"\nknown_hosts = "{server.known_hosts}"\n'  # type: ignore[attr-defined]
+            f'remote_root = "{src}"\n'
+        )
+        n = 150 if cfg.quick else 500
+        interval = 0.01
+        with sej.Writer(src / "lat", durability="flush") as w:
+            w.append(b"first")  # the hub finds the journal on its first pass
+            env = dict(os.environ, PYTHONPATH=str(ROOT))
+            hub_proc = subprocess.Popen(
+                [sys.executable, "-c", "from sej.hub.main import main; main()", "--config", str(config)],
+                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            )  # fmt: skip
+            dest = hub / "c.lat"
+            deadline = time.monotonic() + 30
+            while not (dest / "jnl").is_dir() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert (dest / "jnl").is_dir(), "sej-hub did not copy the journal within 30 s"
+            latencies: list[float] = []
+            with sej.Scanner(dest, 1, timeout=10) as s:
+
+                def produce() -> None:
+                    for _ in range(n):
+                        w.append(struct.pack(">q", time.time_ns()))
+                        time.sleep(interval)
+
+                t = threading.Thread(target=produce)
+                t.start()
+                for m in s:
+                    latencies.append((time.time_ns() - struct.unpack(">q", m.value)[0]) / 1e9)
+                    if len(latencies) == n:
+                        break
+                t.join(60)
+        assert len(latencies) == n, f"only {len(latencies)} of {n} messages reached the hub"
+    finally:
+        if hub_proc is not None:
+            hub_proc.terminate()
+            try:
+                hub_proc.wait(15)
+            except subprocess.TimeoutExpired:
+                hub_proc.kill()
+        server.stop()  # type: ignore[attr-defined]
+    latencies.sort()
+    p50, p99, mx = percentile(latencies, 0.5), percentile(latencies, 0.99), latencies[-1]
+    ok = p99 < 2 * HUB_POLL
+    row = Row(
+        f"append on the producer → readable in the hub's copy, `sej-hub` poll interval {HUB_POLL:g} s",
+        f"p99 {ms(p99)} (p50 {ms(p50)}, max {ms(mx)})",
+        "—",
+        "—",
+        f"p99 < {ms(2 * HUB_POLL)}",
+        verdict(ok),
+    )
+    return [
+        Result(
+            "hub_latency",
+            "11. Append-to-hub latency while `sej-hub` runs",
+            [
+                f"`sej-hub --config hub.toml` runs in its own process with one SSH client (a real sshd on 127.0.0.1) "
+                f"and `poll_interval = {HUB_POLL:g}`. A producer appends {n} messages {interval * 1000:g} ms apart "
+                '(`durability="flush"`), each holding its append time; a Scanner follows the hub\'s copy and '
+                "records when each message becomes readable there (after the hub's fsync).",
+            ],
+            [row],
+            [f"{n} messages; percentiles of one run."],
+            row,
+        )
+    ]
+
+
 SHARD_BIT = 8  # 256 shards
 
 
@@ -1602,6 +1699,7 @@ def main(argv: list[str] | None = None) -> int:
             ("sqlite" in which, "benchmark 7: against SQLite", lambda: bench_sqlite(cfg, scratch)),
             ("sharded" in which, "benchmark 8: sharded writes", lambda: bench_sharded(cfg, scratch)),
             ("hub_copy" in which, "benchmark 10: hub copy over SSH", lambda: bench_hub_copy(cfg, scratch)),
+            ("hub_latency" in which, "benchmark 11: append-to-hub latency", lambda: bench_hub_latency(cfg, scratch)),
         ]
         load = LoadTotal()
         for wanted, name, fn in steps:
