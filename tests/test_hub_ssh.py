@@ -205,3 +205,33 @@ def test_remote_names_that_are_not_journals_are_skipped(sshd, tmp_path) -> None:
     assert sorted(o.journal for o in out) == [f"p.2.00{i}" for i in range(4)]
     assert sorted(os.listdir(hub)) == [f"c1.p.2.00{i}" for i in range(4)]
     assert_identical(src, hub)
+
+
+def test_ssh_config_host_entries_and_default_files_are_honoured(sshd, tmp_path) -> None:
+    """`sej copy ssh://alias/path` with no flags: ~/.ssh/config gives host, port, user, key and known_hosts."""
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "config").write_text(
+        "Host producer-alias\n"
+        "    HostName 127.0.0.1\n"
+        f"    Port {sshd.port}\n"
+        f"    User {sshd.user}\n"
+        f"    IdentityFile {sshd.identity}\n"
+        f"    UserKnownHostsFile {sshd.known_hosts}\n"
+    )
+    src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
+    produce(src, 300)
+    env = dict(os.environ, PYTHONPATH=str(REPO), HOME=str(home))
+    r = subprocess.run(
+        [sys.executable, "-m", "sej.cmd", "copy", f"ssh://producer-alias{src}", hub],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert_identical(src, hub, client="producer-alias")
+    # Without the config entry the same alias does not resolve: the entry is what made it work.
+    (home / ".ssh" / "config").write_text("")
+    r = subprocess.run(
+        [sys.executable, "-m", "sej.cmd", "copy", f"ssh://producer-alias{src}", hub],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 1 and "Traceback" not in r.stderr and r.stderr.startswith("sej: error: ")
