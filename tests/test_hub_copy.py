@@ -349,3 +349,33 @@ def test_sej_copy_command_local(tmp_path) -> None:
     assert read_offset_file(os.path.join(src, "p.2.000", "ofs", "hub2.ofs")) is not None
     bad = run_python("from sej.cmd.main import main; main()", "copy", src, hub, "--client-id", "a.b")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and "client id" in bad.stderr
+
+
+def test_sej_copy_shows_progress_on_a_terminal_and_is_quiet_when_piped(tmp_path) -> None:
+    import pty
+
+    src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
+    produce(src, 3000)
+    master, slave = pty.openpty()
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    try:
+        p = subprocess.run([sys.executable, "-m", "sej.cmd", "copy", src, hub], stdout=subprocess.PIPE, stderr=slave,
+                           env=env, timeout=60)  # fmt: skip
+        os.close(slave)
+        chunks = []
+        for _ in range(10_000):
+            try:
+                data = os.read(master, 4096)
+            except OSError:  # EIO: the other side of the terminal is closed
+                break
+            if not data:
+                break
+            chunks.append(data)
+    finally:
+        os.close(master)
+    assert p.returncode == 0 and b"next offset" in p.stdout
+    assert b"copying" in b"".join(chunks)
+    piped = subprocess.run([sys.executable, "-m", "sej.cmd", "copy", src, str(tmp_path / "hub2")],
+                           capture_output=True, text=True, env=env, timeout=60)  # fmt: skip
+    assert piped.returncode == 0 and piped.stderr == ""
+    assert_identical(src, hub, client="local")
