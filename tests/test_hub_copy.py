@@ -325,9 +325,9 @@ def test_the_source_offset_is_committed_only_after_the_fsync_of_the_copy(tmp_pat
     for c in commits:
         written_before = [i for i in copy_writes if i < c]
         last_write = max(written_before)
-        assert any(
-            n in ("fsync", "fdatasync") and "/hub/c1.p.2.000/jnl/" in p for n, p in events[last_write:c]
-        ), "the copied bytes were fsynced before the source offset moved"
+        assert any(n in ("fsync", "fdatasync") and "/hub/c1.p.2.000/jnl/" in p for n, p in events[last_write:c]), (
+            "the copied bytes were fsynced before the source offset moved"
+        )
     assert read_offset_file(os.path.join(src, "p.2.000", "ofs", "hub.ofs")) == sej.next_offset(
         os.path.join(hub, "c1.p.2.000")
     )

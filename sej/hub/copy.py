@@ -170,7 +170,8 @@ def copy_journal(
             i += 1
         dest.sync()
         assert dest.next is not None
-        if copied or dest.next:
+        # Commit only a change: a hub polling every second must not rewrite every producer's file.
+        if copied or source.read_offset(journal, reader) != dest.next:
             source.commit_offset(journal, reader, dest.next)
         return CopyResult(journal, dest_dir, copied, copied_bytes, dest.next)
     finally:

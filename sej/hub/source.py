@@ -17,7 +17,7 @@ import paramiko
 
 from ..errors import InvalidArgumentError, SejError
 from ..layout import check_reader_name, segment_name
-from ..offset import write_offset_file
+from ..offset import read_offset_file, write_offset_file
 from .names import check_journal_name, check_segment_name
 
 log = logging.getLogger("sej.hub")
@@ -47,6 +47,8 @@ class Source(Protocol):
     def segments(self, journal: str) -> list[SourceSegment]: ...
 
     def read(self, journal: str, name: str, pos: int, size: int) -> bytes: ...
+
+    def read_offset(self, journal: str, reader: str) -> int | None: ...
 
     def commit_offset(self, journal: str, reader: str, value: int) -> None: ...
 
@@ -106,6 +108,13 @@ class LocalSource:
         with open(path, "rb") as f:
             return os.pread(f.fileno(), size, pos)
 
+    def read_offset(self, journal: str, reader: str) -> int | None:
+        path = os.path.join(self.root, check_journal_name(journal), "ofs", check_reader_name(reader) + ".ofs")
+        try:
+            return read_offset_file(path)
+        except SejError:
+            return None  # a malformed file is replaced by the next commit
+
     def commit_offset(self, journal: str, reader: str, value: int) -> None:
         ofs = os.path.join(self.root, check_journal_name(journal), "ofs")
         os.makedirs(ofs, exist_ok=True)
@@ -153,6 +162,8 @@ class SftpSource:
                         names.append(name)
                 except FileNotFoundError:
                     continue
+                except _TRANSPORT_ERRORS as e:
+                    raise SourceError(f"{self.label}:{self.root}/{name}: {e}") from None
         return sorted(names)
 
     def segments(self, journal: str) -> list[SourceSegment]:
@@ -176,6 +187,17 @@ class SftpSource:
                 return b"".join(f.readv([(pos, end - pos)]))
         except _TRANSPORT_ERRORS as e:
             raise SourceError(f"{self.label}:{path}: {e}") from None
+
+    def read_offset(self, journal: str, reader: str) -> int | None:
+        path = posixpath.join(self.root, check_journal_name(journal), "ofs", check_reader_name(reader) + ".ofs")
+        try:
+            with self.sftp.open(path, "rb") as f:
+                raw = f.read(9)
+        except FileNotFoundError:
+            return None
+        except _TRANSPORT_ERRORS as e:
+            raise SourceError(f"{self.label}:{path}: {e}") from None
+        return int(U64.unpack(raw)[0]) if len(raw) == 8 else None
 
     def commit_offset(self, journal: str, reader: str, value: int) -> None:
         ofs = posixpath.join(self.root, check_journal_name(journal), "ofs")

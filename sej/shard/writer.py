@@ -86,9 +86,7 @@ class ShardedWriter:
                 w = self._writers[index] = Writer(self.shard_dir(index), **self._options)
         return w
 
-    def append(
-        self, value: bytes, key: bytes = b"", type: int = 0, timestamp: int | None = None
-    ) -> ShardOffset:
+    def append(self, value: bytes, key: bytes = b"", type: int = 0, timestamp: int | None = None) -> ShardOffset:
         """Append one message to the shard its key routes to; return (shard, offset).
 
         The shard's Writer checks the message (a plain tuple: this is the hot path).

@@ -1,0 +1,267 @@
+"""`hub.toml`: the hub's configuration, read with tomllib into validated dataclasses.
+
+    hub_root = "/var/lib/sej-hub"        # required: where `<client-id>.<journal>` copies go
+    hub_name = "hub"                     # the reader offset the hub commits on every producer
+    poll_interval = 1.0                  # seconds between passes (forever mode)
+    workers = 4                          # journals copied at once, per client
+    backoff_max = 60.0                   # longest wait before retrying a failed client
+
+    [[client]]
+    client_id = "edge-1"
+    host = "edge-1.example.com"          # an ~/.ssh/config alias works too
+    port = 22                            # optional
+    user = "sej"                         # optional
+    identity_file = "/etc/sej/hub_ed25519"   # optional; keys only, never passwords
+    known_hosts = "/etc/sej/known_hosts"     # optional
+    accept_new_host_key = false          # optional
+    remote_root = "/var/lib/app"         # a sharded root or one journal on the producer
+
+    [[client]]
+    client_id = "here"
+    local_root = "/var/lib/other-app"    # a producer on this machine: no SSH
+
+Every unknown key and every bad value raises InvalidArgumentError naming the file,
+the entry, the key and the value. Relative hub-side paths (hub_root, local_root,
+identity_file, known_hosts) are relative to the directory of the config file; `~`
+is expanded. There is no password option: the hub authenticates with keys only.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import tomllib
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..errors import InvalidArgumentError
+from ..layout import check_reader_name
+from .names import check_client_id
+
+MAX_WORKERS = 64
+MAX_SECONDS = 86400.0
+"""Upper bound of poll_interval and backoff_max (one day): a larger value is a typo."""
+
+_HOST_RE = re.compile(r"\A[A-Za-z0-9_.:%\[\]][A-Za-z0-9_.:%\[\]-]*\Z")
+_USER_RE = re.compile(r"\A[A-Za-z0-9_.][A-Za-z0-9_.$-]*\Z")
+
+_SECRET_KEYS = ("password", "passwd", "passphrase", "secret")
+"""Keys whose values are never echoed back, in case someone tried to put a password in the file."""
+
+TOP_KEYS = ("hub_root", "hub_name", "poll_interval", "workers", "backoff_max", "client")
+SSH_KEYS = ("host", "port", "user", "identity_file", "remote_root", "known_hosts", "accept_new_host_key")
+CLIENT_KEYS = ("client_id", "local_root", *SSH_KEYS)
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """One producer: over SSH (`host` + `remote_root`) or on this machine (`local_root`)."""
+
+    client_id: str
+    local_root: str | None = None
+    host: str | None = None
+    port: int | None = None
+    user: str | None = None
+    identity_file: str | None = None
+    remote_root: str | None = None
+    known_hosts: str | None = None
+    accept_new_host_key: bool = False
+
+    @property
+    def is_local(self) -> bool:
+        return self.local_root is not None
+
+    def describe(self) -> str:
+        """Where the client's journals are, for messages: a local path or ssh://[user@]host[:port]/root."""
+        if self.local_root is not None:
+            return self.local_root
+        user = f"{self.user}@" if self.user else ""
+        port = f":{self.port}" if self.port else ""
+        root = self.remote_root or ""
+        return f"ssh://{user}{self.host}{port}{'' if root.startswith('/') else '/~/'}{root}"
+
+
+@dataclass(frozen=True)
+class HubConfig:
+    """The whole hub.toml."""
+
+    hub_root: str
+    clients: tuple[ClientConfig, ...]
+    hub_name: str = "hub"
+    poll_interval: float = 1.0
+    workers: int = 4
+    backoff_max: float = 60.0
+    path: str | None = None  # the file it was read from
+
+    def client(self, client_id: str) -> ClientConfig:
+        for c in self.clients:
+            if c.client_id == client_id:
+                return c
+        raise KeyError(client_id)
+
+
+def load_config(path: str | os.PathLike[str]) -> HubConfig:
+    """Read and validate a hub.toml file; InvalidArgumentError names what is wrong."""
+    p = os.fspath(path)
+    if not os.path.exists(p):
+        raise InvalidArgumentError(f"config file {p} does not exist")
+    if os.path.isdir(p):
+        raise InvalidArgumentError(f"config file {p} is a directory")
+    with open(p, "rb") as f:
+        raw = f.read()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InvalidArgumentError(f"{p}: not UTF-8 text (byte {e.start})") from None
+    config = loads_config(text, base_dir=os.path.dirname(os.path.abspath(p)), where=p)
+    return replace(config, path=os.path.abspath(p))
+
+
+def loads_config(text: str, base_dir: str | None = None, where: str = "hub.toml") -> HubConfig:
+    """Parse hub.toml text; relative paths are taken relative to `base_dir` (default: the current directory)."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise InvalidArgumentError(f"{where}: not valid TOML: {e}") from None
+    return parse_config(data, base_dir=base_dir, where=where)
+
+
+def parse_config(data: dict[str, Any], base_dir: str | None = None, where: str = "hub.toml") -> HubConfig:
+    """Validate an already parsed hub.toml (a dict as tomllib returns it)."""
+    base = os.path.abspath(base_dir if base_dir is not None else os.getcwd())
+    if not isinstance(data, dict):
+        raise InvalidArgumentError(f"{where}: expected a TOML table, got {type(data).__name__}")
+    _unknown_keys(data, TOP_KEYS, where, "top level")
+    if "hub_root" not in data:
+        raise InvalidArgumentError(f"{where}: missing key hub_root (the directory the copies go to)")
+    hub_root = _local_path(data["hub_root"], "hub_root", where, base)
+    hub_name = _checked(data.get("hub_name", "hub"), "hub_name", where, check_reader_name)
+    poll_interval = _seconds(data.get("poll_interval", 1.0), "poll_interval", where)
+    workers = data.get("workers", 4)
+    if not isinstance(workers, int) or isinstance(workers, bool) or not 1 <= workers <= MAX_WORKERS:
+        raise _bad(where, "workers", workers, f"must be an integer from 1 to {MAX_WORKERS}")
+    backoff_max = _seconds(data.get("backoff_max", 60.0), "backoff_max", where)
+
+    entries = data.get("client")
+    if entries is None:
+        raise InvalidArgumentError(f"{where}: no [[client]] entries: the hub has nothing to copy")
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise _bad(where, "client", entries, "must be an array of tables, written [[client]]")
+    if not entries:
+        raise InvalidArgumentError(f"{where}: no [[client]] entries: the hub has nothing to copy")
+    clients: list[ClientConfig] = []
+    seen: dict[str, int] = {}
+    for n, entry in enumerate(entries, 1):
+        client = _client(entry, n, where, base)
+        if client.client_id in seen:
+            raise InvalidArgumentError(
+                f"{where}: [[client]] #{n}: client_id = {client.client_id!r} is already used by "
+                f"[[client]] #{seen[client.client_id]}: client ids must be unique"
+            )
+        seen[client.client_id] = n
+        clients.append(client)
+    return HubConfig(
+        hub_root=hub_root,
+        clients=tuple(clients),
+        hub_name=hub_name,
+        poll_interval=poll_interval,
+        workers=workers,
+        backoff_max=backoff_max,
+    )
+
+
+def _client(entry: dict[str, Any], n: int, where: str, base: str) -> ClientConfig:
+    label = f"[[client]] #{n}"
+    if "client_id" not in entry:
+        _unknown_keys(entry, CLIENT_KEYS, where, label)
+        raise InvalidArgumentError(f"{where}: {label}: missing key client_id")
+    cid = _checked(entry["client_id"], "client_id", f"{where}: {label}", check_client_id)
+    ctx = f"{where}: {label} (client_id {cid!r})"
+    _unknown_keys(entry, CLIENT_KEYS, ctx, "")
+    if "local_root" in entry:
+        ssh = [k for k in SSH_KEYS if k in entry]
+        if ssh:
+            raise _bad(
+                ctx, ssh[0], entry[ssh[0]], "is an SSH option, but this client has local_root (a local producer)"
+            )
+        return ClientConfig(cid, local_root=_local_path(entry["local_root"], "local_root", ctx, base))
+    for required in ("host", "remote_root"):
+        if required not in entry:
+            raise InvalidArgumentError(
+                f"{ctx}: missing key {required} (an SSH client needs host and remote_root; "
+                "a client on this machine needs local_root)"
+            )
+    host = entry["host"]
+    if not isinstance(host, str) or not _HOST_RE.match(host) or len(host) > 255:
+        raise _bad(ctx, "host", host, "must be a host name, an IP address or an ~/.ssh/config alias")
+    port = entry.get("port")
+    if port is not None and (not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536):
+        raise _bad(ctx, "port", port, "must be a TCP port, an integer from 1 to 65535")
+    user = entry.get("user")
+    if user is not None and (not isinstance(user, str) or not _USER_RE.match(user) or len(user) > 64):
+        raise _bad(ctx, "user", user, "must be a user name")
+    remote_root = entry["remote_root"]
+    if not isinstance(remote_root, str) or not remote_root or "\0" in remote_root:
+        raise _bad(ctx, "remote_root", remote_root, "must be a non-empty path on the producer")
+    accept = entry.get("accept_new_host_key", False)
+    if not isinstance(accept, bool):
+        raise _bad(ctx, "accept_new_host_key", accept, "must be true or false")
+    identity = entry.get("identity_file")
+    known_hosts = entry.get("known_hosts")
+    return ClientConfig(
+        cid,
+        host=host,
+        port=port,
+        user=user,
+        identity_file=None if identity is None else _local_path(identity, "identity_file", ctx, base),
+        remote_root=remote_root,
+        known_hosts=None if known_hosts is None else _local_path(known_hosts, "known_hosts", ctx, base),
+        accept_new_host_key=accept,
+    )
+
+
+def _unknown_keys(table: dict[str, Any], known: tuple[str, ...], where: str, label: str) -> None:
+    ctx = f"{where}: {label}" if label else where
+    for key, value in table.items():
+        if key in known:
+            continue
+        if any(s in key.lower() for s in _SECRET_KEYS):
+            raise InvalidArgumentError(
+                f"{ctx}: unknown key {key!r} (value not shown): passwords are not a hub option, "
+                "the hub authenticates with SSH keys only (identity_file)"
+            )
+        raise InvalidArgumentError(f"{ctx}: unknown key {key!r} (= {_show(value)}); known keys: {', '.join(known)}")
+
+
+def _bad(where: str, key: str, value: object, problem: str) -> InvalidArgumentError:
+    return InvalidArgumentError(f"{where}: {key} = {_show(value)}: {problem}")
+
+
+def _show(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _checked(value: object, key: str, where: str, check: Any) -> Any:
+    try:
+        return check(value)
+    except InvalidArgumentError as e:
+        raise InvalidArgumentError(f"{where}: {key} = {_show(value)}: {e}") from None
+
+
+def _seconds(value: object, key: str, where: str) -> float:
+    if (
+        not isinstance(value, (int, float))
+        or isinstance(value, bool)
+        or not math.isfinite(value)
+        or not 0 < value <= MAX_SECONDS
+    ):
+        raise _bad(where, key, value, f"must be a number of seconds, more than 0 and at most {MAX_SECONDS:g}")
+    return float(value)
+
+
+def _local_path(value: object, key: str, where: str, base: str) -> str:
+    if not isinstance(value, str) or not value or "\0" in value:
+        raise _bad(where, key, value, "must be a non-empty path")
+    return os.path.normpath(os.path.join(base, os.path.expanduser(value)))

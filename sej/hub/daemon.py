@@ -1,0 +1,423 @@
+"""The hub daemon: copy every configured producer's journals, pass after pass.
+
+`Hub(config).run_once()` makes one pass: for every client at once (a thread
+each), connect (SSH, or nothing for a local root), list the client's journals
+(so new shards are found on every pass) and copy what the hub lacks with
+`sej.hub.copy.copy_all`. A client that fails is logged and reported; the others
+go on. `run_forever(stop)` repeats the pass for each client every
+`poll_interval` seconds, keeps its SSH connection open between passes, and after
+a failure (no connection, a lost connection, a missing root) retries with
+exponential backoff up to `backoff_max`. Setting `stop` (the console script does
+it on SIGTERM/SIGINT) ends every copy after its current chunk, which the copy
+engine always completes with an fsync.
+
+Every wait is bounded: connecting (CONNECT_TIMEOUT), each SFTP read (IO_TIMEOUT),
+every other call to a producer (STALL_TIMEOUT, enforced by a watchdog that closes a
+stalled connection), the pause between passes, and stopping (STOP_TIMEOUT).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import IO
+
+import paramiko
+
+from ..errors import SejError
+from ..lock import lock_file
+from .config import ClientConfig, HubConfig
+from .copy import JournalOutcome, copy_all
+from .source import LocalSource, Source, SourceSegment
+from .ssh import connect, resolve, sftp_sources
+
+log = logging.getLogger("sej.hub")
+
+CONNECT_TIMEOUT = 15.0
+"""Seconds for a TCP connection, the SSH banner and authentication."""
+
+IO_TIMEOUT = 60.0
+"""Seconds an SFTP channel may stay silent before its read fails (a dead link, not a slow one)."""
+
+STALL_TIMEOUT = 300.0
+"""Seconds a call to a producer (opening an SFTP channel, listing, reading a chunk, committing) may take
+before the watchdog closes that client's connection. Opening a channel has no timeout of its own, so a
+producer whose sshd hangs would otherwise block its client for good; 8 MiB in 300 s is 28 KB/s."""
+
+WATCH_INTERVAL = 1.0
+"""How often the watchdog looks for stalled calls."""
+
+STOP_TIMEOUT = 30.0
+"""Seconds `run_forever` waits for the clients' current chunks after `stop` was set."""
+
+SUMMARY_INTERVAL = 60.0
+"""In forever mode each pass logs at DEBUG; what a client copied is summed up at INFO this often."""
+
+SUPERVISE_INTERVAL = 0.1
+"""How often `run_forever`'s calling thread looks at `stop` (it never waits on it: see run_forever)."""
+
+LOCK_NAME = ".hub.lck"
+"""The lock file in hub_root that one hub process (sej-hub, or a cron run) holds at a time."""
+
+
+@dataclass
+class ClientReport:
+    """What one pass did for one client."""
+
+    client_id: str
+    outcomes: list[JournalOutcome] = field(default_factory=list)
+    error: BaseException | None = None  # the client failed as a whole (connect, list, missing root)
+    connection_lost: bool = False  # the SSH connection was gone after the pass
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """Nothing failed: neither the client nor any of its journals."""
+        return self.error is None and not self.connection_lost and all(o.error is None for o in self.outcomes)
+
+    @property
+    def client_failed(self) -> bool:
+        """The client as a whole failed (it is retried with backoff in forever mode)."""
+        return self.error is not None or self.connection_lost
+
+    @property
+    def messages(self) -> int:
+        return sum(o.result.messages for o in self.outcomes if o.result is not None)
+
+    @property
+    def bytes(self) -> int:
+        return sum(o.result.bytes for o in self.outcomes if o.result is not None)
+
+    @property
+    def failed_journals(self) -> list[JournalOutcome]:
+        return [o for o in self.outcomes if o.error is not None]
+
+    def failures(self) -> list[str]:
+        """One line per failure, each naming the client (and the journal)."""
+        out = []
+        if self.error is not None:
+            out.append(f"client {self.client_id}: {self.error}")
+        elif self.connection_lost:
+            out.append(f"client {self.client_id}: the SSH connection was lost during the pass")
+        for o in self.failed_journals:
+            text = str(o.error)
+            if not text.startswith(f"client {self.client_id}"):
+                text = f"client {self.client_id}, journal {o.journal}: {text}"
+            out.append(text)
+        return out
+
+
+def backoff_delay(failures: int, poll_interval: float, backoff_max: float) -> float:
+    """Seconds before the next attempt after `failures` failed passes in a row.
+
+    poll_interval * 2**failures, at most backoff_max, and never less than poll_interval.
+    """
+    if failures <= 0:
+        return poll_interval
+    return max(poll_interval, min(backoff_max, poll_interval * 2.0 ** min(failures, 60)))
+
+
+def lock_path(config: HubConfig) -> str:
+    return os.path.join(config.hub_root, LOCK_NAME)
+
+
+def lock_hub(config: HubConfig) -> IO[str]:
+    """Create hub_root and lock `<hub_root>/.hub.lck` (exclusive, non-blocking); LockedError if held.
+
+    Release it with sej.lock.unlock_file. The lock is released by the kernel when the process dies.
+    """
+    os.makedirs(config.hub_root, exist_ok=True)
+    return lock_file(lock_path(config))
+
+
+def _is_alive(client: paramiko.SSHClient) -> bool:
+    transport = client.get_transport()
+    return transport is not None and transport.is_active()
+
+
+class _Watched:
+    """A Source whose calls the client's watchdog can see (how long each has been running)."""
+
+    def __init__(self, src: Source, client: _Client) -> None:
+        self.src = src
+        self.client = client
+
+    def journals(self) -> list[str]:
+        with self.client.call():
+            return self.src.journals()
+
+    def segments(self, journal: str) -> list[SourceSegment]:
+        with self.client.call():
+            return self.src.segments(journal)
+
+    def read(self, journal: str, name: str, pos: int, size: int) -> bytes:
+        with self.client.call():
+            return self.src.read(journal, name, pos, size)
+
+    def read_offset(self, journal: str, reader: str) -> int | None:
+        with self.client.call():
+            return self.src.read_offset(journal, reader)
+
+    def commit_offset(self, journal: str, reader: str, value: int) -> None:
+        with self.client.call():
+            self.src.commit_offset(journal, reader, value)
+
+    def describe(self, journal: str, name: str = "") -> str:
+        return self.src.describe(journal, name)
+
+    def close(self) -> None:
+        with self.client.call():
+            self.src.close()
+
+
+class _Client:
+    """One producer: its connection, kept between passes, and its run of failures."""
+
+    def __init__(self, hub: HubConfig, cfg: ClientConfig) -> None:
+        self.hub = hub
+        self.cfg = cfg
+        self.ssh: paramiko.SSHClient | None = None
+        self.label = cfg.describe()
+        self.failures = 0  # failed passes in a row
+        self.connects = 0  # SSH connections made (for tests and logs)
+        self._calls: dict[int, float] = {}  # calls to the producer under way: token -> when they started
+        self._calls_lock = threading.Lock()
+        self._tokens = itertools.count()
+
+    @contextmanager
+    def call(self) -> Iterator[None]:
+        """Mark a call to the producer, for the watchdog."""
+        token = next(self._tokens)
+        with self._calls_lock:
+            self._calls[token] = time.monotonic()
+        try:
+            yield
+        finally:
+            with self._calls_lock:
+                del self._calls[token]
+
+    def close_if_stalled(self, limit: float) -> bool:
+        """Close the connection when a call has been under way for more than `limit` seconds.
+
+        Every call blocked on it then fails, so the pass ends and the next one reconnects.
+        """
+        with self._calls_lock:
+            oldest = min(self._calls.values(), default=None)
+        ssh = self.ssh
+        if oldest is None or ssh is None or time.monotonic() - oldest <= limit:
+            return False
+        log.error(
+            "client %s: %s has not answered for %.0fs; closing the connection", self.cfg.client_id, self.label, limit
+        )
+        try:
+            ssh.close()
+        except Exception as e:
+            log.debug("client %s: closing the stalled connection: %s", self.cfg.client_id, e)
+        return True
+
+    def _sources(self) -> Callable[[], Source]:
+        cfg = self.cfg
+        if cfg.local_root is not None:
+            root = cfg.local_root
+            return lambda: LocalSource(root)
+        assert cfg.host is not None and cfg.remote_root is not None
+        if self.ssh is not None and not _is_alive(self.ssh):
+            log.warning("client %s: the connection to %s was lost; reconnecting", cfg.client_id, self.label)
+            self.disconnect()
+        if self.ssh is None:
+            ep = resolve(cfg.host, cfg.port, cfg.user, cfg.identity_file, cfg.known_hosts)
+            self.label = f"{ep.user}@{ep.host}:{ep.port}"
+            self.ssh = connect(ep, accept_new_host_key=cfg.accept_new_host_key, timeout=CONNECT_TIMEOUT)
+            self.connects += 1
+            log.info("client %s: connected to %s", cfg.client_id, self.label)
+        factory = sftp_sources(self.ssh, cfg.remote_root, self.label)
+
+        def make() -> Source:
+            with self.call():
+                src = factory()
+            channel = src.sftp.get_channel()
+            if channel is not None:
+                channel.settimeout(IO_TIMEOUT)  # a read on a dead link fails instead of hanging
+            return _Watched(src, self)
+
+        return make
+
+    def run_pass(self, stop: threading.Event, level: int = logging.INFO) -> ClientReport:
+        """One pass: connect if needed, copy every journal the client has. Never raises an Exception.
+
+        What was copied is logged at `level`; errors always at ERROR.
+        """
+        cid = self.cfg.client_id
+        report = ClientReport(cid)
+        started = time.monotonic()
+        try:
+            make_source = self._sources()
+            report.outcomes = copy_all(make_source, self.hub.hub_root, cid, self.hub.hub_name, self.hub.workers, stop)
+        except Exception as e:
+            report.error = e
+            expected = isinstance(e, (SejError, OSError, EOFError, paramiko.SSHException))
+            log.error("client %s: %s", cid, e if expected else f"{type(e).__name__}: {e}", exc_info=not expected)
+        if self.ssh is not None and (report.error is not None or not _is_alive(self.ssh)):
+            report.connection_lost = report.error is None
+            if report.connection_lost:
+                log.error("client %s: the connection to %s was lost during the pass", cid, self.label)
+            self.disconnect()  # the next pass connects afresh
+        report.seconds = time.monotonic() - started
+        failed = len(report.failed_journals)
+        if report.messages or failed:
+            log.log(
+                level,
+                "client %s: copied %d messages (%d bytes) from %d journals in %.2fs%s",
+                cid,
+                report.messages,
+                report.bytes,
+                len(report.outcomes),
+                report.seconds,
+                f"; {failed} journals failed" if failed else "",
+            )
+        elif report.error is None:
+            log.debug("client %s: nothing new in %d journals (%.2fs)", cid, len(report.outcomes), report.seconds)
+        return report
+
+    def disconnect(self) -> None:
+        ssh, self.ssh = self.ssh, None
+        if ssh is not None:
+            try:
+                ssh.close()
+            except Exception as e:  # closing a broken connection must not hide the reason it broke
+                log.debug("client %s: closing the connection: %s", self.cfg.client_id, e)
+
+
+class Hub:
+    """Copies every client of a HubConfig into `<hub_root>/<client_id>.<journal>`.
+
+    Use run_once or run_forever from one thread at a time; close() (or `with`) drops the connections.
+    """
+
+    def __init__(self, config: HubConfig) -> None:
+        self.config = config
+        self._clients = [_Client(config, c) for c in config.clients]
+
+    def run_once(self, stop: threading.Event | None = None) -> list[ClientReport]:
+        """One pass over every client (all at once); one report per client, in config order.
+
+        Connections stay open for the next call (close() drops them).
+        """
+        stop = stop if stop is not None else threading.Event()
+        if stop.is_set():
+            return []
+        with self._watchdog(), ThreadPoolExecutor(len(self._clients), thread_name_prefix="sej-hub") as pool:
+            return list(pool.map(lambda c: c.run_pass(stop), self._clients))
+
+    @contextmanager
+    def _watchdog(self) -> Iterator[None]:
+        """While inside, a thread closes the connection of a client whose producer stopped answering."""
+        done = threading.Event()
+
+        def watch() -> None:
+            while not done.wait(WATCH_INTERVAL):
+                for c in self._clients:
+                    c.close_if_stalled(STALL_TIMEOUT)
+
+        t = threading.Thread(target=watch, name="sej-hub-watchdog", daemon=True)
+        t.start()
+        try:
+            yield
+        finally:
+            done.set()
+            t.join(WATCH_INTERVAL + 1)
+
+    def run_forever(self, stop: threading.Event, on_report: Callable[[ClientReport], None] | None = None) -> None:
+        """Pass after pass, every client on its own schedule, until `stop` is set; then close().
+
+        `stop` may be set from a signal handler: the calling thread only polls it (it never waits
+        on the event, whose lock a handler running in the same thread could otherwise deadlock on).
+        `on_report` is called (from the client's thread) after each pass.
+        """
+        cfg = self.config
+        log.info(
+            "hub started: %d clients, hub root %s, reader %s, a pass every %gs",
+            len(self._clients),
+            cfg.hub_root,
+            cfg.hub_name,
+            cfg.poll_interval,
+        )
+        threads = [
+            threading.Thread(
+                target=self._loop, args=(c, stop, on_report), name=f"sej-hub-{c.cfg.client_id}", daemon=True
+            )
+            for c in self._clients
+        ]
+        with self._watchdog():
+            try:
+                for t in threads:
+                    t.start()
+                while not stop.is_set():
+                    time.sleep(SUPERVISE_INTERVAL)
+                log.info("stopping: finishing the current chunks")
+            finally:
+                stop.set()
+                deadline = time.monotonic() + STOP_TIMEOUT
+                for t in threads:
+                    if t.ident is not None:
+                        t.join(max(0.0, deadline - time.monotonic()))
+                busy = [t.name for t in threads if t.is_alive()]
+                if busy:
+                    log.warning("still busy after %gs, leaving anyway: %s", STOP_TIMEOUT, ", ".join(busy))
+                self.close()
+                log.info("hub stopped")
+
+    def _loop(self, client: _Client, stop: threading.Event, on_report: Callable[[ClientReport], None] | None) -> None:
+        cfg = self.config
+        cid = client.cfg.client_id
+        since = time.monotonic()
+        messages = nbytes = passes = 0
+        while not stop.is_set():
+            try:
+                report = client.run_pass(stop, logging.DEBUG)
+                if on_report is not None:
+                    on_report(report)
+            except Exception:  # a bug: keep the other passes going, but say so loudly
+                log.exception("client %s: unexpected error in the pass", cid)
+                report = ClientReport(cid, error=RuntimeError("unexpected error"))
+            messages, nbytes, passes = messages + report.messages, nbytes + report.bytes, passes + 1
+            now = time.monotonic()
+            if now - since >= SUMMARY_INTERVAL or stop.is_set():
+                if messages:
+                    log.info(
+                        "client %s: copied %d messages (%d bytes) in the last %.0fs (%d passes)",
+                        cid,
+                        messages,
+                        nbytes,
+                        now - since,
+                        passes,
+                    )
+                since, messages, nbytes, passes = now, 0, 0, 0
+            if report.client_failed:
+                client.failures += 1
+                delay = backoff_delay(client.failures, cfg.poll_interval, cfg.backoff_max)
+                log.warning("client %s: failed %d times in a row; next attempt in %.1fs", cid, client.failures, delay)
+            else:
+                if client.failures:
+                    log.info("client %s: working again after %d failed attempts", cid, client.failures)
+                client.failures = 0
+                delay = cfg.poll_interval
+            stop.wait(delay)
+
+    def close(self) -> None:
+        """Close every SSH connection."""
+        for c in self._clients:
+            c.disconnect()
+
+    def __enter__(self) -> Hub:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,231 @@
+"""The `sej-hub` console script: the hub daemon, or one pass with --once.
+
+    sej-hub --config hub.toml [--once] [--log-level LEVEL] [--debug]
+
+Logs go to stderr (logger "sej.hub"). Errors end as ONE line on stderr,
+``sej-hub: error: ...``, and an exit code, as with the `sej` tool: 0 fine (the
+daemon stopped by SIGTERM/SIGINT, or a pass without failures), 1 problems (a
+client or a journal failed in --once, another hub holds the lock, I/O errors),
+2 usage errors (bad options, a missing or invalid config file), 130 a --once
+pass interrupted by a signal. With --debug an unexpected error shows its
+traceback instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from types import FrameType
+from typing import IO, Any
+
+import click
+import paramiko
+
+from .. import __version__
+from ..cmd.errors import INTERRUPTED, OK, PROBLEMS, USAGE, Failure
+from ..errors import InvalidArgumentError, LockedError, SejError
+from ..lock import unlock_file
+from .config import HubConfig, load_config
+from .daemon import ClientReport, Hub, lock_hub, lock_path
+
+log = logging.getLogger("sej.hub")
+
+LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def setup_logging(level: str) -> None:
+    """Log records of sej (and paramiko's warnings) to stderr at `level`."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        root.removeHandler(h)
+    root.addHandler(handler)
+    root.setLevel(level)
+    # paramiko says "Connected (version ...)" and "Authentication ... successful" at INFO on every connect.
+    logging.getLogger("paramiko").setLevel(level if level == "DEBUG" else "WARNING")
+
+
+def quiet_prefetch_errors() -> None:
+    """Log, in one line, the error paramiko's SFTP prefetch thread dies of when a connection drops.
+
+    The read that started the prefetch fails with that error too and is reported per journal,
+    so the thread's traceback on stderr would only repeat it.
+    """
+    default = threading.excepthook
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        name = args.thread.name if args.thread is not None else ""
+        if "_prefetch_thread" in name and isinstance(args.exc_value, (OSError, EOFError, paramiko.SSHException)):
+            log.debug("SFTP prefetch stopped: %s", args.exc_value)
+            return
+        default(args)
+
+    threading.excepthook = hook
+
+
+@contextmanager
+def stop_on_signals(stop: threading.Event) -> Iterator[None]:
+    """SIGTERM and SIGINT set `stop` while inside (from the main thread only)."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        stop.set()  # the main thread never waits on `stop` itself, so this cannot deadlock
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def summarize(reports: list[ClientReport]) -> list[str]:
+    """Every failure of a pass, one line each."""
+    return [line for r in reports for line in r.failures()]
+
+
+def run_pass(config: HubConfig, stop: threading.Event) -> list[ClientReport]:
+    """One pass over every client, then close the connections."""
+    with Hub(config) as hub:
+        reports = hub.run_once(stop)
+    copied = sum(r.messages for r in reports)
+    failures = summarize(reports)
+    log.info(
+        "pass done: %d clients, %d messages (%d bytes) copied, %d failures",
+        len(reports),
+        copied,
+        sum(r.bytes for r in reports),
+        len(failures),
+    )
+    return reports
+
+
+def hold_lock(config: HubConfig) -> IO[str]:
+    """The hub root's lock, or a Failure naming it when another hub run holds it."""
+    try:
+        return lock_hub(config)
+    except LockedError:
+        raise Failure(f"another hub run holds the lock {lock_path(config)}", PROBLEMS) from None
+
+
+def translate(e: BaseException, prog: str) -> Failure:
+    """The one-line error and exit code for an exception."""
+    if isinstance(e, InvalidArgumentError):
+        return Failure(str(e), USAGE)
+    if isinstance(e, SejError):
+        return Failure(str(e), PROBLEMS)
+    if isinstance(e, OSError):
+        where = f"{e.filename}: " if e.filename else ""
+        return Failure(f"{where}{e.strerror or e}", PROBLEMS)
+    return Failure(f"internal error: {type(e).__name__}: {e} (run '{prog} --debug ...' to see the traceback)")
+
+
+def error_line(prog: str, message: str) -> None:
+    one = " ".join(str(message).split())
+    try:
+        click.echo(f"{prog}: error: {one}", err=True)
+    except (BrokenPipeError, ValueError):
+        pass
+
+
+class HubCommand(click.Command):
+    """A click command whose errors end as one line on stderr and an exit code (see the module doc)."""
+
+    debug = False
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort, KeyboardInterrupt):
+            raise
+        except Exception as e:
+            if HubCommand.debug:
+                raise
+            raise translate(e, ctx.command_path) from e
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        HubCommand.debug = False
+        prog = prog_name or self.name or "sej-hub"
+        try:
+            rv = super().main(args, prog, complete_var, standalone_mode=False, **extra)
+            code = rv if isinstance(rv, int) and not isinstance(rv, bool) else OK
+        except click.UsageError as e:
+            hint = f" (see '{e.ctx.command_path} --help')" if e.ctx is not None else ""
+            error_line(prog, e.format_message() + hint)
+            code = USAGE
+        except click.ClickException as e:
+            error_line(prog, e.format_message())
+            code = e.exit_code
+        except click.Abort:
+            code = INTERRUPTED
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+
+def start(config_path: str, log_level: str | None, debug: bool) -> HubConfig:
+    """Common start of sej-hub and the cron script: --debug, logging, the config."""
+    HubCommand.debug = debug
+    setup_logging((log_level or ("DEBUG" if debug else "INFO")).upper())
+    quiet_prefetch_errors()
+    return load_config(config_path)
+
+
+@click.command(cls=HubCommand, name="sej-hub", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--config", "config_path", required=True, metavar="FILE", help="The hub.toml file.")
+@click.option("--once", is_flag=True, help="One pass over every client, then exit (1 if anything failed).")
+@click.option(
+    "--log-level",
+    type=click.Choice(LEVELS, case_sensitive=False),
+    default=None,
+    help="Log level on stderr (default INFO, or DEBUG with --debug).",
+)
+@click.option("--debug", is_flag=True, help="Show tracebacks of unexpected errors; log at DEBUG.")
+@click.version_option(__version__, prog_name="sej-hub")
+def cli(config_path: str, once: bool, log_level: str | None, debug: bool) -> int:
+    """Copy producers' journals into the hub root, exactly once: the sej hub daemon.
+
+    Reads FILE (hub.toml: hub_root, hub_name, poll_interval, workers,
+    backoff_max and [[client]] entries). Without --once it runs until SIGTERM
+    or SIGINT, which let the current chunks finish. Exit codes: 0 fine,
+    1 problems, 2 usage errors.
+    """
+    config = start(config_path, log_level, debug)
+    stop = threading.Event()
+    lock = hold_lock(config)
+    try:
+        with stop_on_signals(stop):
+            if not once:
+                Hub(config).run_forever(stop)
+                return OK
+            reports = run_pass(config, stop)
+    finally:
+        unlock_file(lock)
+    failures = summarize(reports)
+    if failures:
+        clients = sum(1 for r in reports if not r.ok)
+        raise Failure(f"{len(failures)} failures in {clients} of {len(reports)} clients (see the log above)")
+    if stop.is_set():
+        raise Failure("interrupted: the pass stopped early (the next one continues)", INTERRUPTED)
+    return OK
+
+
+def main() -> None:
+    """The console script `sej-hub`."""
+    cli.main(prog_name="sej-hub")
+
+
+if __name__ == "__main__":
+    main()
