@@ -7,6 +7,7 @@ shrinks under a mapping kills the process with SIGBUS) and never writes the segm
 from __future__ import annotations
 
 import os
+import struct
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -56,7 +57,25 @@ def walk_frames(
     unpack_head = HEADER.unpack_from
     unpack_i32 = I32.unpack_from
     start = p
+    # Frames with the same sizes as the one before are checked by one cached struct call that
+    # skips the key and value bytes (`same`); any other frame takes the general path.
+    same = None
+    same_ks = same_vs = same_total = -1
+    last_sizes = -1
     while n - p >= OVERHEAD:
+        if same is not None:
+            if n - p >= same_total:
+                off, ts, ks, vs, size = same(data, p)
+                if off == offset and ks == same_ks and vs == same_vs and size == same_total:
+                    if ts > max_ts:
+                        max_ts = ts
+                    if base + p >= next_entry:
+                        index.add(offset, base + p, max_ts)  # type: ignore[union-attr]
+                        next_entry = base + p + idx.INTERVAL
+                    offset += 1
+                    p += same_total
+                    continue
+            same = None
         off, ts, _typ, ks = unpack_head(data, p)
         if off != offset or ks < 0:
             break
@@ -74,9 +93,28 @@ def walk_frames(
             next_entry = base + p + idx.INTERVAL
         offset += 1
         p = nxt
+        sizes = ks << 32 | vs
+        if sizes == last_sizes:
+            same = _frame_checker(ks, vs)
+            same_ks, same_vs, same_total = ks, vs, OVERHEAD + ks + vs
+        last_sizes = sizes
     problem = None if p == n else check_frame(data, p, n, offset)
     assert not isinstance(problem, int), "walk_frames stopped at a valid frame"
     return Frames(p - start, offset, max_ts, next_entry, problem)
+
+
+_CHECKERS: dict[int, Callable[[bytes | bytearray | memoryview, int], tuple[int, int, int, int, int]]] = {}
+
+
+def _frame_checker(ks: int, vs: int) -> Callable[[bytes | bytearray | memoryview, int], tuple[int, int, int, int, int]]:
+    """`unpack_from` of (offset, timestamp, key size, value size, size) of a frame with these sizes."""
+    sizes = ks << 32 | vs
+    found = _CHECKERS.get(sizes)
+    if found is None:
+        if len(_CHECKERS) >= 1024:
+            _CHECKERS.clear()
+        found = _CHECKERS[sizes] = struct.Struct(f">Qqxb{ks}xi{vs}xi").unpack_from
+    return found
 
 
 def next_entry_after(index: SparseIndex | None) -> int:

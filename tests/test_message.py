@@ -97,3 +97,22 @@ def test_decode_of_memoryview_returns_bytes() -> None:
     msg, end = sej.decode(memoryview(frame))
     assert msg == sej.Message(3, None, 2, b"key", b"value") and end == len(frame)
     assert type(msg.key) is bytes and type(msg.value) is bytes
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_walk_frames_matches_reference_on_damaged_random_journals(seed: int) -> None:
+    from sej.index import SparseIndex
+    from sej.segment import walk_frames
+
+    rng = random.Random(1000 + seed)
+    buf = bytearray(random_journal(rng, rng.randrange(1, 150)))
+    if rng.random() < 0.7:
+        at = rng.randrange(len(buf))
+        buf[at] ^= 1 << rng.randrange(8)
+    data = bytes(buf)
+    want, want_end = reference(data, 0)
+    f = walk_frames(data, 0, len(data), 0, 0, NO_TIMESTAMP, 0, SparseIndex(0))
+    assert f.used == want_end and f.next_offset == len(want)
+    assert (f.problem is None) == (want_end == len(data))
+    stamps = [m[1] for m in want if m[1] is not None]
+    assert f.max_ts == max(stamps, default=NO_TIMESTAMP)

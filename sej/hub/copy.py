@@ -32,6 +32,9 @@ log = logging.getLogger("sej.hub")
 CHUNK = 8 << 20
 """Bytes asked of the source per read."""
 
+SYNC_EVERY = 64 << 20
+"""Bytes written between fsyncs within a copy (a copy always ends with one, before its commit)."""
+
 CHECK_WINDOW = 4096
 """Bytes at the end of the destination compared with the source before every copy."""
 
@@ -63,6 +66,7 @@ class _Destination:
         self.max_ts = NO_TIMESTAMP
         self.index: idx.Appender | None = None
         self.dirty = False
+        self.unsynced = 0  # bytes written since the last fsync
         try:
             segments = list_segments(dir)
             if segments:
@@ -104,11 +108,13 @@ class _Destination:
             done += os.write(self.fd, view[done:])
         self.size += done
         self.dirty = True
+        self.unsynced += done
 
     def sync(self) -> None:
         if self.fd >= 0 and self.dirty:
             os.fsync(self.fd)
             self.dirty = False
+            self.unsynced = 0
         if self.index is not None:
             self.index.flush()
 
@@ -236,7 +242,8 @@ def _copy_segment(
         f = walk_frames(data, 0, len(data), pos, dest.next, dest.max_ts, next_entry, index)
         if f.used:
             dest.write(memoryview(data)[: f.used])
-            dest.sync()  # every chunk: durable before the offset on the source moves
+            if dest.unsynced >= SYNC_EVERY:
+                dest.sync()  # the offset on the source moves only after a sync (see copy_journal)
             messages += f.next_offset - dest.next
             copied += f.used
             dest.next, dest.max_ts, next_entry = f.next_offset, f.max_ts, f.next_entry

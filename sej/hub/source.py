@@ -29,6 +29,10 @@ _TRANSPORT_ERRORS = (OSError, EOFError, paramiko.SSHException)
 """What a read from a producer can fail with (a cut connection raises EOFError or SSHException)."""
 
 
+READ_RANGE = 256 << 10
+"""Bytes per SFTP readv range."""
+
+
 class SourceSegment(NamedTuple):
     first_offset: int
     name: str
@@ -180,11 +184,13 @@ class SftpSource:
         path = posixpath.join(self.root, check_journal_name(journal), "jnl", segment_name(check_segment_name(name)))
         try:
             with self.sftp.open(path, "rb") as f:
-                # readv pipelines the 32 KiB SFTP requests; it stops at the end of the file.
+                # readv pipelines the SFTP requests. It is asked for many 256 KiB ranges, not one
+                # big one: paramiko grows one range's buffer by concatenation, quadratic in its size.
                 end = min(pos + size, f.stat().st_size or 0)
                 if end <= pos:
                     return b""
-                return b"".join(f.readv([(pos, end - pos)]))
+                ranges = [(p, min(READ_RANGE, end - p)) for p in range(pos, end, READ_RANGE)]
+                return b"".join(f.readv(ranges))
         except _TRANSPORT_ERRORS as e:
             raise SourceError(f"{self.label}:{path}: {e}") from None
 
