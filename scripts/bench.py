@@ -1082,7 +1082,7 @@ def bench_hub_copy(cfg: Config, scratch: Path) -> list[Result]:
             [
                 "A real OpenSSH sshd on 127.0.0.1 (the tests' fixture: fresh host and client keys). sej: connect "
                 "(host key checked against known_hosts), then `copy_all` with 4 workers, one SFTP channel each over "
-                "one connection, reading 8 MiB ranges with `readv`, checking every frame, fsyncing every chunk and "
+                "one connection, reading 32 MiB at a time as pipelined 255 KiB SFTP reads (`readv`), checking every frame, fsyncing every 64 MiB and "
                 "committing the hub's reader offset on the source over SFTP. The clock includes the connection.",
                 "Baseline: one `scp -r` process fetching the same 4 shard directories (their segment files, plus "
                 "small index files the hub does not copy; process start and handshake included; OpenSSH 9's scp "

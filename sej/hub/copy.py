@@ -29,7 +29,7 @@ from .source import Source, SourceSegment
 
 log = logging.getLogger("sej.hub")
 
-CHUNK = 8 << 20
+CHUNK = 32 << 20
 """Bytes asked of the source per read."""
 
 SYNC_EVERY = 64 << 20

@@ -49,7 +49,7 @@ IO_TIMEOUT = 60.0
 STALL_TIMEOUT = 300.0
 """Seconds a call to a producer (opening an SFTP channel, listing, reading a chunk, committing) may take
 before the watchdog closes that client's connection. Opening a channel has no timeout of its own, so a
-producer whose sshd hangs would otherwise block its client for good; 8 MiB in 300 s is 28 KB/s."""
+producer whose sshd hangs would otherwise block its client for good; 32 MiB in 300 s is 112 KB/s."""
 
 WATCH_INTERVAL = 1.0
 """How often the watchdog looks for stalled calls."""

@@ -29,8 +29,8 @@ _TRANSPORT_ERRORS = (OSError, EOFError, paramiko.SSHException)
 """What a read from a producer can fail with (a cut connection raises EOFError or SSHException)."""
 
 
-READ_RANGE = 256 << 10
-"""Bytes per SFTP readv range."""
+READ_RANGE = 255 << 10
+"""Bytes per SFTP read request and readv range (OpenSSH's sftp-server serves at most 256 KiB less a header)."""
 
 
 class SourceSegment(NamedTuple):
@@ -184,6 +184,7 @@ class SftpSource:
         path = posixpath.join(self.root, check_journal_name(journal), "jnl", segment_name(check_segment_name(name)))
         try:
             with self.sftp.open(path, "rb") as f:
+                f.MAX_REQUEST_SIZE = READ_RANGE  # OpenSSH serves reads up to 255 KiB; paramiko asks 32 KiB
                 # readv pipelines the SFTP requests. It is asked for many 256 KiB ranges, not one
                 # big one: paramiko grows one range's buffer by concatenation, quadratic in its size.
                 end = min(pos + size, f.stat().st_size or 0)
@@ -227,7 +228,10 @@ class SftpSource:
         return f"{self.label}:{path}"
 
     def close(self) -> None:
-        self.sftp.close()
+        try:
+            self.sftp.close()
+        except _TRANSPORT_ERRORS as e:  # the connection is already gone: nothing left to close
+            log.debug("%s: closing the SFTP channel: %s", self.label, e)
 
 
 def _fsync(sftp: paramiko.SFTPClient, f: paramiko.SFTPFile) -> None:
