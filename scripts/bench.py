@@ -199,39 +199,39 @@ def raw_write_const_ts(path: Path, values: list[bytes]) -> float:
     return t
 
 
-def sej_append(dir: Path, values: list[bytes]) -> float:
+def timed_writer(dir: Path, n: int, feed: Callable[[sej.Writer], None]) -> float:
+    """Seconds `feed(writer)` plus the final flush take on a fresh buffered Writer that ends with n messages."""
     w = sej.Writer(dir, durability="buffered")
     try:
-        append = w.append
-        key = KEY
         gc.collect()
         t0 = perf_counter()
-        for v in values:
-            append(v, key)
+        feed(w)
         w.flush()
         t = perf_counter() - t0
     finally:
         w.close()
-    assert w.next_offset == len(values)
+    assert w.next_offset == n
     return t
+
+
+def sej_append(dir: Path, values: list[bytes]) -> float:
+    def feed(w: sej.Writer) -> None:
+        append, key = w.append, KEY
+        for v in values:
+            append(v, key)
+
+    return timed_writer(dir, len(values), feed)
 
 
 def sej_append_many(dir: Path, values: list[bytes], batch: int) -> float:
     batches = [values[i : i + batch] for i in range(0, len(values), batch)]
-    w = sej.Writer(dir, durability="buffered")
-    try:
-        append_many = w.append_many
-        key = KEY
-        gc.collect()
-        t0 = perf_counter()
+
+    def feed(w: sej.Writer) -> None:
+        append_many, key = w.append_many, KEY
         for b in batches:
             append_many(b, key)
-        w.flush()
-        t = perf_counter() - t0
-    finally:
-        w.close()
-    assert w.next_offset == len(values)
-    return t
+
+    return timed_writer(dir, len(values), feed)
 
 
 def check_same_bytes(scratch: Path) -> None:

@@ -9,9 +9,9 @@ A frame, all integers big-endian (byte-identical with h12.io/sej)::
 
 from __future__ import annotations
 
+import functools
 import struct
-from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from .errors import FrameError, InvalidArgumentError
 
@@ -149,19 +149,17 @@ def check_frame(buf: bytes | bytearray | memoryview, pos: int, end: int, expect:
     return pos + total
 
 
-_Unpack = Callable[[bytes | bytearray | memoryview, int], tuple[Any, ...]]
-_UNPACKERS: dict[int, _Unpack] = {}
+FRAME_FORMAT = ">QqBb{ks}si{vs}si"
+"""A whole frame with known key and value sizes: one pack or unpack call."""
+
+CHECK_FORMAT = ">Qqxb{ks}xi{vs}xi"
+"""offset, timestamp, key size, value size and size of such a frame; key and value are skipped."""
 
 
-def _frame_unpacker(ks: int, vs: int) -> _Unpack:
-    """`unpack_from` of a whole frame with these key and value sizes (cached)."""
-    sizes = ks << 32 | vs
-    found = _UNPACKERS.get(sizes)
-    if found is None:
-        if len(_UNPACKERS) >= 1024:
-            _UNPACKERS.clear()
-        found = _UNPACKERS[sizes] = struct.Struct(f">QqBb{ks}si{vs}si").unpack_from
-    return found
+@functools.lru_cache(maxsize=2048)
+def sized_struct(fmt: str, ks: int, vs: int) -> struct.Struct:
+    """The struct of `fmt` for frames with these key and value sizes (cached, shared by all)."""
+    return struct.Struct(fmt.format(ks=ks, vs=vs))
 
 
 def decode_batch(
@@ -224,7 +222,7 @@ def decode_batch(
         n += 1
         sizes = ks << 32 | vs
         if sizes == last_sizes:
-            same = _frame_unpacker(ks, vs)
+            same = sized_struct(FRAME_FORMAT, ks, vs).unpack_from
             same_ks, same_vs, same_total = ks, vs, OVERHEAD + ks + vs
         last_sizes = sizes
     else:

@@ -15,7 +15,7 @@ from typing import NamedTuple
 from .errors import CorruptionError, CorruptionWarning
 from .index import SparseIndex
 from .layout import Segment, index_path
-from .segment import CHUNK, Walk, open_index, walk
+from .segment import CHUNK, Walk, walk_tail
 
 log = logging.getLogger("sej.recovery")
 
@@ -49,11 +49,7 @@ def recover_tail(dir: str, seg: Segment, strict: bool = False) -> Tail:
     """
     with open(seg.path, "r+b") as f:
         fd = f.fileno()
-        size = os.fstat(fd).st_size
-        index, on_disk = open_index(index_path(dir, seg.first_offset), seg, fd, size)
-        before = len(index)
-        w = walk(fd, index.tail(), size, index)
-        on_disk = on_disk and len(index) == before
+        w, index, on_disk = walk_tail(index_path(dir, seg.first_offset), seg, fd)
         if w.problem is None:
             return Tail(w, index, on_disk, None)
         length = w.size - w.end

@@ -7,14 +7,24 @@ shrinks under a mapping kills the process with SIGBUS) and never writes the segm
 from __future__ import annotations
 
 import os
-import struct
 from collections.abc import Callable
 from typing import NamedTuple
 
 from . import index as idx
 from .index import Entry, SparseIndex
 from .layout import Segment
-from .message import HEADER, I32, NO_TIMESTAMP, OVERHEAD, Message, Problem, check_frame, decode_batch
+from .message import (
+    CHECK_FORMAT,
+    HEADER,
+    I32,
+    NO_TIMESTAMP,
+    OVERHEAD,
+    Message,
+    Problem,
+    check_frame,
+    decode_batch,
+    sized_struct,
+)
 
 CHUNK = 1 << 20
 
@@ -95,26 +105,12 @@ def walk_frames(
         p = nxt
         sizes = ks << 32 | vs
         if sizes == last_sizes:
-            same = _frame_checker(ks, vs)
+            same = sized_struct(CHECK_FORMAT, ks, vs).unpack_from
             same_ks, same_vs, same_total = ks, vs, OVERHEAD + ks + vs
         last_sizes = sizes
     problem = None if p == n else check_frame(data, p, n, offset)
     assert not isinstance(problem, int), "walk_frames stopped at a valid frame"
     return Frames(p - start, offset, max_ts, next_entry, problem)
-
-
-_CHECKERS: dict[int, Callable[[bytes | bytearray | memoryview, int], tuple[int, int, int, int, int]]] = {}
-
-
-def _frame_checker(ks: int, vs: int) -> Callable[[bytes | bytearray | memoryview, int], tuple[int, int, int, int, int]]:
-    """`unpack_from` of (offset, timestamp, key size, value size, size) of a frame with these sizes."""
-    sizes = ks << 32 | vs
-    found = _CHECKERS.get(sizes)
-    if found is None:
-        if len(_CHECKERS) >= 1024:
-            _CHECKERS.clear()
-        found = _CHECKERS[sizes] = struct.Struct(f">Qqxb{ks}xi{vs}xi").unpack_from
-    return found
 
 
 def next_entry_after(index: SparseIndex | None) -> int:
@@ -287,11 +283,15 @@ def tail(dir_index_path: str, seg: Segment) -> tuple[Walk, SparseIndex, bool]:
     file on disk already held exactly that index.
     """
     with open(seg.path, "rb") as f:
-        fd = f.fileno()
-        size = os.fstat(fd).st_size
-        index, on_disk = open_index(dir_index_path, seg, fd, size)
-        before = len(index)
-        w = walk(fd, index.tail(), size, index)
+        return walk_tail(dir_index_path, seg, f.fileno())
+
+
+def walk_tail(dir_index_path: str, seg: Segment, fd: int) -> tuple[Walk, SparseIndex, bool]:
+    """`tail` on an open descriptor of the segment (the writer's recovery opens it for writing)."""
+    size = os.fstat(fd).st_size
+    index, on_disk = open_index(dir_index_path, seg, fd, size)
+    before = len(index)
+    w = walk(fd, index.tail(), size, index)
     return w, index, on_disk and len(index) == before
 
 
@@ -305,5 +305,6 @@ __all__ = [
     "trusted_prefix",
     "open_index",
     "tail",
+    "walk_tail",
     "NO_TIMESTAMP",
 ]

@@ -36,7 +36,7 @@ from .layout import (
     writer_lock_path,
 )
 from .lock import lock_file, unlock_file
-from .message import HEADER, MAX_OFFSET, NO_TIMESTAMP, check_fields
+from .message import FRAME_FORMAT, HEADER, MAX_OFFSET, NO_TIMESTAMP, check_fields, sized_struct
 from .recovery import fsync_dir, recover_tail
 
 Durability = Literal["buffered", "flush", "sync"]
@@ -52,14 +52,6 @@ _time_ns = time.time_ns
 _fdatasync = getattr(os, "fdatasync", os.fsync)
 
 
-_FRAME_STRUCTS: dict[int, struct.Struct] = {}
-"""Frame structs by key and value size, shared by every writer (one hot copy, not one per shard)."""
-
-
-def _frame_struct(klen: int, vlen: int) -> struct.Struct:
-    return struct.Struct(f">QqBb{klen}si{vlen}si")
-
-
 class Writer:
     """Appends messages to the journal in `dir`, creating it if needed.
 
@@ -70,7 +62,6 @@ class Writer:
     """
 
     __slots__ = (
-        "_acquire",
         "_buf",
         "_buffer_size",
         "_commit",
@@ -89,10 +80,8 @@ class Writer:
         "_mark",
         "_max_ts",
         "_next",
-        "_release",
         "_retired",
         "_size",
-        "_structs",
         "_sync_each",
         "_syncing",
         "_waiting",
@@ -127,8 +116,6 @@ class Writer:
         os.makedirs(index_dir(self.dir), exist_ok=True)
         self._lock_fh = lock_file(writer_lock_path(self.dir))
         self._lock = threading.Lock()
-        self._acquire = self._lock.acquire  # bound once: half the cost of `with self._lock`
-        self._release = self._lock.release
         self._commit = threading.Lock()  # guards the group commit state below
         self._syncing = False  # a thread is leading fsyncs
         self._waiting: list[tuple[int, threading.Event]] = []  # (ticket, wake-up) of waiting threads
@@ -136,8 +123,7 @@ class Writer:
         self._written = 0  # bytes handed to the OS by this writer
         self._durable = 0  # of those, bytes known to be fsynced
         self._retired: list[object] = []  # finished segment files a running fsync may still use
-        self._structs = _FRAME_STRUCTS
-        self._last_struct = _frame_struct(0, 0)  # the frame struct of the last append, and its sizes
+        self._last_struct = sized_struct(FRAME_FORMAT, 0, 0)  # the frame struct of the last append, and its sizes
         self._last_klen = 0
         self._last_vlen = 0
         # A fixed-capacity buffer filled in place: it is never shrunk and regrown, which
@@ -299,28 +285,15 @@ class Writer:
         return n
 
     def _struct_for(self, key: bytes, value: bytes, klen: int, vlen: int) -> struct.Struct:
-        """The frame struct for these sizes, remembered as the last one used."""
-        st = self._structs.get(klen << 32 | vlen) or self._new_struct(key, value)
+        """The frame struct for these sizes, remembered as the last one used.
+
+        Packing checks the fields: a value that is not bytes, or a size out of range,
+        fails there and `_bad_input` names it.
+        """
+        st = sized_struct(FRAME_FORMAT, klen, vlen)
         self._last_struct = st
         self._last_klen = klen
         self._last_vlen = vlen
-        return st
-
-    def _new_struct(self, key: object, value: object) -> struct.Struct:
-        # 's' fields would silently pad or cut anything whose len() is not its byte size.
-        for name, obj in (("key", key), ("value", value)):
-            if not isinstance(obj, (bytes, bytearray)):
-                if isinstance(obj, memoryview) and obj.contiguous:
-                    raise InvalidArgumentError(
-                        f"{name} must be bytes or bytearray; pass bytes({name}) for a memoryview"
-                    )
-                raise InvalidArgumentError(f"{name} must be bytes, got {type(obj).__name__}")
-        klen, vlen = len(key), len(value)  # type: ignore[arg-type]
-        check_fields(0, 0, 0, key, value)
-        st = _frame_struct(klen, vlen)
-        if len(self._structs) > 4096:
-            self._structs.clear()
-        self._structs[klen << 32 | vlen] = st
         return st
 
     def append_many(
@@ -375,8 +348,6 @@ class Writer:
         i: int,
     ) -> int:
         """Encode vals[i:] until the segment is full, and buffer or write it; return where it stopped."""
-        structs = self._structs
-        new_struct = self._new_struct
         index = self._index.index
         off = self._next
         pos = self._size
@@ -398,7 +369,7 @@ class Writer:
                 vlen = len(value)
                 sizes = klen << 32 | vlen
                 if sizes != cached:
-                    st = structs.get(sizes) or new_struct(key, value)
+                    st = sized_struct(FRAME_FORMAT, klen, vlen)
                     cached = sizes
                 size = klen + vlen + 26
                 add(st.pack(off, ts, typ, klen, key, vlen, value, size))  # type: ignore[union-attr]

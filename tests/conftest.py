@@ -59,3 +59,29 @@ def sshd() -> Iterator[Sshd]:
         pytest.skip(f"sshd failed to start (set CI=1 to make this an error): {e}")
     with server:
         yield server
+
+
+def run_with_stderr_on_a_terminal(
+    args: list[str], timeout: float = 60
+) -> tuple[subprocess.CompletedProcess[bytes], bytes]:
+    """Run `python -m sej.cmd ARGS` with stderr on a pseudo-terminal; return the process and what it drew there."""
+    import pty
+
+    master, slave = pty.openpty()
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    try:
+        p = subprocess.run([sys.executable, "-m", "sej.cmd", *args], stdout=subprocess.PIPE, stderr=slave,
+                           env=env, timeout=timeout)  # fmt: skip
+        os.close(slave)
+        chunks = []
+        for _ in range(100_000):
+            try:
+                data = os.read(master, 4096)
+            except OSError:  # EIO: the other side of the terminal is closed
+                break
+            if not data:
+                break
+            chunks.append(data)
+    finally:
+        os.close(master)
+    return p, b"".join(chunks)

@@ -29,6 +29,8 @@ from sej.cmd.timeparse import TimeError, format_time, parse_time
 from sej.layout import index_path, segment_path
 from sej.shard import format_shard
 
+from .conftest import run_with_stderr_on_a_terminal
+
 REPO = Path(__file__).resolve().parent.parent
 T0 = 1712345678901234567  # 2024-04-05T19:34:38.901234567Z
 MIN = 60 * 10**9
@@ -293,28 +295,10 @@ def test_progress_bar_only_when_enabled(
 
 
 def test_progress_bar_on_a_real_terminal_and_quiet_when_piped(tmp_path: Path) -> None:
-    import pty
-
     d = make_journal(tmp_path / "j")
-    master, slave = pty.openpty()
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    try:
-        p = subprocess.run([sys.executable, "-m", "sej.cmd", "verify", d], stdout=subprocess.PIPE, stderr=slave,
-                           env=env, timeout=30)  # fmt: skip
-        os.close(slave)
-        chunks = []
-        while True:
-            try:
-                data = os.read(master, 4096)
-            except OSError:  # EIO: the terminal's other side is closed
-                break
-            if not data:
-                break
-            chunks.append(data)
-    finally:
-        os.close(master)
+    p, drawn = run_with_stderr_on_a_terminal(["verify", d], timeout=30)
     assert p.returncode == 0 and b"no problems" in p.stdout
-    assert b"verifying" in b"".join(chunks) and b"100%" in b"".join(chunks)
+    assert b"verifying" in drawn and b"100%" in drawn
     assert sub("verify", d).stderr == ""  # piped: quiet
 
 

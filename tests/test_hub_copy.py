@@ -20,7 +20,7 @@ from sej.hub.names import check_journal_name, check_segment_name
 from sej.offset import read_offset_file
 from sej.shard import is_shard_name
 
-from .conftest import REPO, popen_python, run_python
+from .conftest import REPO, popen_python, run_python, run_with_stderr_on_a_terminal
 
 
 def produce(root: str, n: int, segment_size: int = 3000, seed: int = 0) -> None:
@@ -352,29 +352,12 @@ def test_sej_copy_command_local(tmp_path) -> None:
 
 
 def test_sej_copy_shows_progress_on_a_terminal_and_is_quiet_when_piped(tmp_path) -> None:
-    import pty
-
     src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
     produce(src, 3000)
-    master, slave = pty.openpty()
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    try:
-        p = subprocess.run([sys.executable, "-m", "sej.cmd", "copy", src, hub], stdout=subprocess.PIPE, stderr=slave,
-                           env=env, timeout=60)  # fmt: skip
-        os.close(slave)
-        chunks = []
-        for _ in range(10_000):
-            try:
-                data = os.read(master, 4096)
-            except OSError:  # EIO: the other side of the terminal is closed
-                break
-            if not data:
-                break
-            chunks.append(data)
-    finally:
-        os.close(master)
+    p, drawn = run_with_stderr_on_a_terminal(["copy", src, hub])
     assert p.returncode == 0 and b"next offset" in p.stdout
-    assert b"copying" in b"".join(chunks)
+    assert b"copying" in drawn
+    env = dict(os.environ, PYTHONPATH=str(REPO))
     piped = subprocess.run([sys.executable, "-m", "sej.cmd", "copy", src, str(tmp_path / "hub2")],
                            capture_output=True, text=True, env=env, timeout=60)  # fmt: skip
     assert piped.returncode == 0 and piped.stderr == ""

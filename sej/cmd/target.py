@@ -14,6 +14,7 @@ from ..errors import CorruptionError
 from ..layout import list_readers, parse_segment_name, reader_offset_path, writer_lock_path
 from ..offset import read_offset_file
 from ..shard import Journal, find_journals
+from ..shard.writer import allow_open_files
 from .errors import usage
 
 
@@ -26,7 +27,7 @@ def journals_at(path: str) -> list[Journal]:
     journals = find_journals(path)
     if not journals:
         raise usage(f"{path} is not a journal: neither it nor any directory directly under it has a jnl/ directory")
-    _allow_descriptors(len(journals) + 64)
+    allow_open_files(len(journals) + 64)  # a scan holds one segment per journal
     return journals
 
 
@@ -100,16 +101,3 @@ def writer_running(dir: str) -> bool | None:
         if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == want:
             return True
     return False
-
-
-def _allow_descriptors(needed: int) -> None:
-    """Raise the soft limit on open files toward `needed` (a scan holds one segment per journal)."""
-    try:
-        import resource
-
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if soft != resource.RLIM_INFINITY and soft < needed:
-            target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-    except (ImportError, ValueError, OSError):
-        pass

@@ -65,7 +65,6 @@ class _Destination:
         self.next: int | None = None
         self.max_ts = NO_TIMESTAMP
         self.index: idx.Appender | None = None
-        self.dirty = False
         self.unsynced = 0  # bytes written since the last fsync
         try:
             segments = list_segments(dir)
@@ -107,13 +106,11 @@ class _Destination:
         while done < len(view):
             done += os.write(self.fd, view[done:])
         self.size += done
-        self.dirty = True
         self.unsynced += done
 
     def sync(self) -> None:
-        if self.fd >= 0 and self.dirty:
+        if self.fd >= 0 and self.unsynced:
             os.fsync(self.fd)
-            self.dirty = False
             self.unsynced = 0
         if self.index is not None:
             self.index.flush()

@@ -55,7 +55,7 @@ class ShardedWriter:
         if os.path.exists(self.root) and not os.path.isdir(self.root):
             raise InvalidArgumentError(f"sharded root {self.root} exists and is not a directory")
         self._hash: HashFunction = hash or xxhash.xxh3_64_intdigest  # same as default_hash, one call less
-        _allow_descriptors(2 * (1 << shard_bit) + 64)
+        allow_open_files(2 * (1 << shard_bit) + 64)
         self._mask = (1 << shard_bit) - 1
         self._options = writer_options
         self._writers: list[Writer | None] = [None] * (1 << shard_bit)
@@ -114,7 +114,7 @@ class ShardedWriter:
         shard_of = self.shard_of
         for i, k in enumerate(ks):
             if not isinstance(k, (bytes, bytearray)):
-                raise InvalidArgumentError(f"key must be bytes, got {type_name(k)} at position {i}")
+                raise InvalidArgumentError(f"key must be bytes, got {type(k).__name__} at position {i}")
             groups.setdefault(shard_of(k), []).append(i)
         out: list[ShardOffset] = [(0, 0)] * len(vals)
         for index, positions in groups.items():
@@ -161,8 +161,8 @@ class ShardedWriter:
         return f"ShardedWriter({self.root!r}, prefix={self.prefix!r}, shard_bit={self.shard_bit})"
 
 
-def _allow_descriptors(needed: int) -> None:
-    """Raise this process's soft limit on open files toward `needed` (each open shard holds two)."""
+def allow_open_files(needed: int) -> None:
+    """Raise this process's soft limit on open files toward `needed` (each open journal holds two)."""
     try:
         import resource
 
@@ -172,7 +172,3 @@ def _allow_descriptors(needed: int) -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
     except (ImportError, ValueError, OSError):
         pass  # keep the limit; opening a shard past it fails with EMFILE
-
-
-def type_name(obj: object) -> str:
-    return type(obj).__name__

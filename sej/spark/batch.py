@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -33,7 +32,7 @@ from pyspark.sql.types import (
 from ..errors import InvalidArgumentError
 from ..journal import next_offset, offset_at_time
 from ..layout import index_path, list_segments
-from ..message import NO_TIMESTAMP, decode_batch
+from ..message import decode_batch
 from ..segment import _frame_total, seek_index
 from ..shard.name import is_shard_name
 from ..shard.root import find_journals
@@ -77,23 +76,26 @@ def split_name(name: str) -> tuple[str | None, str]:
     return (client, shard) if shard else (None, name)
 
 
-@dataclass(frozen=True)
 class SegmentPart(InputPartition):
     """Frames of one segment: byte range [start, end) starting at message `first`, kept if in [lo, hi)."""
 
-    path: str
-    client: str | None
-    shard: str
-    first: int  # offset of the frame at `start`
-    start: int
-    end: int
-    lo: int
-    hi: int
-    types: tuple[int, ...] | None
-
-    def __init__(self, **kw: Any) -> None:  # InputPartition wants a value; dataclass fields are set below
-        for k, v in kw.items():
-            object.__setattr__(self, k, v)
+    def __init__(
+        self,
+        *,
+        path: str,
+        client: str | None,
+        shard: str,
+        first: int,
+        start: int,
+        end: int,
+        lo: int,
+        hi: int,
+        types: tuple[int, ...] | None,
+    ) -> None:
+        super().__init__(path)
+        self.path, self.client, self.shard = path, client, shard
+        self.first, self.start, self.end = first, start, end
+        self.lo, self.hi, self.types = lo, hi, types
 
 
 def _offsets_option(options: dict[str, str], name: str) -> dict[str, int]:
@@ -265,4 +267,4 @@ def _batch(p: SegmentPart, cols: dict[str, list[Any]]) -> pa.RecordBatch:
     return batch
 
 
-__all__ = ["SejDataSource", "SCHEMA", "NO_TIMESTAMP"]
+__all__ = ["SCHEMA", "SejDataSource"]
