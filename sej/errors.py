@@ -84,3 +84,7 @@ class OffsetOutOfRangeError(SejError):
 
 class CorruptionWarning(UserWarning):
     """Issued when the writer cut a corrupt tail and moved it aside."""
+
+
+class DataLossError(SejError):
+    """Messages a reader still needed were deleted (by retention) before it read them."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -85,3 +86,34 @@ def run_with_stderr_on_a_terminal(
     finally:
         os.close(master)
     return p, b"".join(chunks)
+
+
+IN_CI = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """A real local Spark (local[2]) with the `sej` format, one per test session (per xdist worker).
+
+    Fails rather than skips under CI when PySpark or Java is missing.
+    """
+    try:
+        import pyarrow  # noqa: F401
+        import pyspark  # noqa: F401
+    except ImportError as e:
+        if IN_CI:
+            pytest.fail(f"CI is set but PySpark is missing: {e}", pytrace=False)
+        pytest.skip(f"PySpark is not installed: {e}")
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        if IN_CI:
+            pytest.fail("CI is set but Java is missing", pytrace=False)
+        pytest.skip("Java is not installed")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    from sej.spark import spark_session
+
+    conf = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"}
+    session = spark_session("sej-tests", "local[2]", **conf)
+    yield session
+    session.stop()

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
-import sys
-from collections.abc import Iterator
 
 import pytest
 
@@ -13,43 +10,10 @@ import sej
 from sej.hub import LocalSource, copy_all
 from sej.shard import find_journals
 
-IN_CI = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[object]:
-    try:
-        import pyarrow  # noqa: F401
-        from pyspark.sql import SparkSession
-    except ImportError as e:
-        if IN_CI:
-            pytest.fail(f"CI is set but PySpark is missing: {e}", pytrace=False)
-        pytest.skip(f"PySpark is not installed: {e}")
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        if IN_CI:
-            pytest.fail("CI is set but Java is missing", pytrace=False)
-        pytest.skip("Java is not installed")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("sej-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    import sej.spark
-
-    sej.spark.register(session)
-    yield session
-    session.stop()
-
 
 def scanner_rows(path: str) -> set[tuple]:
     """What sej's own Scanner reads, as (client, shard, offset, ts_us, type, key, value) rows."""
-    from sej.spark.batch import split_name
+    from sej.spark.plan import split_name
 
     rows = set()
     for j in find_journals(path):

@@ -1,10 +1,11 @@
-"""sej on Spark: the `sej` data source for PySpark (batch now; streaming to come)."""
+"""sej on Spark: the `sej` data source for PySpark, batch and streaming."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from .batch import SCHEMA, SejDataSource
+from .session import spark_session
 
 
 def register(spark: Any) -> None:
@@ -12,4 +13,4 @@ def register(spark: Any) -> None:
     spark.dataSource.register(SejDataSource)
 
 
-__all__ = ["SCHEMA", "SejDataSource", "register"]
+__all__ = ["SCHEMA", "SejDataSource", "register", "spark_session"]

@@ -1,0 +1,125 @@
+"""Planning Spark partitions: which byte ranges of which segments hold an offset range."""
+
+from __future__ import annotations
+
+import os
+from typing import NamedTuple
+
+from pyspark.sql.datasource import InputPartition
+
+from ..layout import Segment, index_path, list_segments
+from ..segment import seek_index
+from ..shard.name import is_shard_name
+from ..shard.root import find_journals
+
+MAX_BYTES_PER_PARTITION = 64 << 20
+
+
+class Source(NamedTuple):
+    """One journal under a loaded path: its `name` in offset options, and its client/shard columns."""
+
+    name: str
+    path: str
+    client: str | None
+    shard: str
+
+
+def split_name(name: str) -> tuple[str | None, str]:
+    """(client, shard) of a journal found under a root: `<client>.<shard>` in a hub root."""
+    if not name:
+        return None, ""
+    if is_shard_name(name):
+        return None, name
+    client, _, shard = name.partition(".")
+    return (client, shard) if shard else (None, name)
+
+
+def find_sources(path: str) -> list[Source]:
+    """The journals under `path` (a journal, a sharded root or a hub root)."""
+    out = []
+    for j in find_journals(path):
+        client, shard = split_name(j.name)
+        out.append(Source(j.name, j.path, client, shard or os.path.basename(os.path.normpath(j.path))))
+    return out
+
+
+class SegmentPart(InputPartition):
+    """Frames of one segment: byte range [start, end) starting at message `first`, kept if in [lo, hi).
+
+    `missing_ok`: a segment deleted (by retention) before it is read yields nothing instead of failing.
+    """
+
+    def __init__(
+        self,
+        *,
+        path: str,
+        client: str | None,
+        shard: str,
+        first: int,
+        start: int,
+        end: int,
+        lo: int,
+        hi: int,
+        types: tuple[int, ...] | None,
+        missing_ok: bool = False,
+    ) -> None:
+        super().__init__(path)
+        self.path, self.client, self.shard = path, client, shard
+        self.first, self.start, self.end = first, start, end
+        self.lo, self.hi, self.types = lo, hi, types
+        self.missing_ok = missing_ok
+
+
+def plan_range(
+    src: Source,
+    lo: int,
+    hi: int,
+    *,
+    types: tuple[int, ...] | None = None,
+    max_bytes: int = MAX_BYTES_PER_PARTITION,
+    segments: list[Segment] | None = None,
+    missing_ok: bool = False,
+) -> list[SegmentPart]:
+    """Partitions reading offsets [lo, hi) of one journal, a segment or an index-cut piece of one each."""
+    if lo >= hi:
+        return []
+    if segments is None:
+        segments = list_segments(src.path)
+    parts: list[SegmentPart] = []
+    for i, seg in enumerate(segments):
+        seg_end = segments[i + 1].first_offset if i + 1 < len(segments) else hi
+        if seg_end <= lo or seg.first_offset >= hi:
+            continue
+        try:
+            cuts = _cuts(src.path, seg, i == len(segments) - 1, max_bytes)
+        except FileNotFoundError:
+            if missing_ok:
+                continue
+            raise
+        for k, (pos, first, end) in enumerate(cuts):
+            nxt_first = cuts[k + 1][1] if k + 1 < len(cuts) else None
+            if nxt_first is not None and nxt_first <= lo:
+                continue
+            if first >= hi:
+                break
+            parts.append(SegmentPart(path=seg.path, client=src.client, shard=src.shard, first=first, start=pos,
+                                     end=end, lo=lo, hi=hi, types=types, missing_ok=missing_ok))  # fmt: skip
+    return parts
+
+
+def _cuts(jpath: str, seg: Segment, is_last: bool, max_bytes: int) -> list[tuple[int, int, int]]:
+    """(start byte, first offset, end byte) pieces of a segment, cut at index entries every ~max_bytes."""
+    with open(seg.path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size <= max_bytes:
+            return [(0, seg.first_offset, size)]
+        index = seek_index(index_path(jpath, seg.first_offset), seg, f.fileno(), size, is_last)
+    cuts = [(0, seg.first_offset)]
+    for k in range(len(index)):
+        e = index[k]
+        if e.position - cuts[-1][0] >= max_bytes:
+            cuts.append((e.position, e.offset))
+    return [(pos, first, cuts[k + 1][0] if k + 1 < len(cuts) else size) for k, (pos, first) in enumerate(cuts)]
+
+
+__all__ = ["MAX_BYTES_PER_PARTITION", "SegmentPart", "Source", "find_sources", "plan_range", "split_name"]
