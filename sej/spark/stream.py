@@ -1,0 +1,197 @@
+"""The `sej` format as a Spark streaming source: `spark.readStream.format("sej").load(path)`.
+
+An offset is a dict of journal name to the next offset to read. Journals that appear
+under the path later enter the offsets at their first offset in one micro-batch and
+are read from the next, so every micro-batch is fixed by its (start, end) pair and a
+replay after a failure reads exactly the same rows. `commit()` stores each journal's
+end as the reader offset `ofs/spark-<queryName>.ofs`, which retention respects.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Iterator, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
+
+from ..errors import CorruptionWarning, DataLossError, InvalidArgumentError
+from ..journal import first_offset, next_offset
+from ..layout import check_reader_name, list_segments, offset_dir, reader_offset_path
+from ..offset import read_offset_file, write_offset_file
+from .batch import _int_option, _offsets_option, _types_option
+from .plan import MAX_BYTES_PER_PARTITION, SegmentPart, Source, find_sources, plan_range
+from .read import read_part
+
+Offsets = dict[str, int]
+
+
+def _bool_option(options: dict[str, str], name: str, default: bool) -> bool:
+    raw = options.get(name)
+    if raw is None:
+        return default
+    low = raw.strip().lower()
+    if low not in ("true", "false"):
+        raise InvalidArgumentError(f"option {name} must be true or false, got {raw!r}")
+    return low == "true"
+
+
+def share_rows(available: dict[str, int], budget: int) -> dict[str, int]:
+    """Split `budget` rows fairly over journals with `available` rows each (smallest first).
+
+    Every journal with rows gets at least one while the budget lasts, so a trigger always
+    makes progress; the total never exceeds the budget.
+    """
+    grant = {name: 0 for name in available}
+    waiting = sorted((n, name) for name, n in available.items() if n > 0)
+    left = budget
+    for i, (n, name) in enumerate(waiting):
+        fair = max(1, left // (len(waiting) - i))
+        grant[name] = min(n, fair, left)
+        left -= grant[name]
+        if left <= 0:
+            break
+    return grant
+
+
+class SejStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches of new messages, per journal, under a limit of rows per trigger."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        path = options.get("path")
+        if not path:
+            raise InvalidArgumentError("spark.readStream.format('sej').load(path) needs a path")
+        self.path = path
+        name = options.get("queryname")
+        self.reader_name = None if name is None else check_reader_name(f"spark-{name}")
+        starting = options.get("startingoffsets", "earliest")
+        if starting in ("earliest", "latest"):
+            self.starting: Offsets | str = starting
+        else:
+            self.starting = _offsets_option(options, "startingoffsets")
+        self.max_rows = _int_option(options, "maxrecordspertrigger", 0)
+        self.fail_on_data_loss = _bool_option(options, "failondataloss", True)
+        self.types = _types_option(options)
+        self.max_bytes = _int_option(options, "maxbytesperpartition", MAX_BYTES_PER_PARTITION)
+        self.target: Offsets | None = None  # the end fixed by prepareForTriggerAvailableNow
+
+    def _sources(self) -> dict[str, Source]:
+        return {s.name: s for s in find_sources(self.path)}
+
+    def initialOffset(self) -> Offsets:
+        out: Offsets = {}
+        for name, src in self._sources().items():
+            if self.starting == "latest":
+                out[name] = next_offset(src.path)
+            elif isinstance(self.starting, dict) and self.starting.get(name, -2) >= 0:
+                out[name] = self.starting[name]
+            elif isinstance(self.starting, dict) and self.starting.get(name) == -1:
+                out[name] = next_offset(src.path)
+            else:
+                out[name] = first_offset(src.path)
+        return out
+
+    def _available(self) -> Offsets:
+        """Each journal's next offset now (a new journal at its first offset: see the module doc)."""
+        return {name: next_offset(src.path) for name, src in self._sources().items()}
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.target = self._available()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.max_rows) if self.max_rows else ReadAllAvailable()
+
+    def reportLatestOffset(self) -> Offsets:
+        return self._available()
+
+    def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
+        sources = self._sources()
+        now = self.target if self.target is not None else self._available()
+        end: Offsets = {}
+        want: dict[str, int] = {}
+        for name, at in start.items():
+            if name not in sources:
+                self._lost(f"journal {name} under {self.path} is gone (the query had read up to offset {at})")
+                continue
+            avail = now.get(name, at)
+            if avail < at:
+                self._lost(f"journal {name} under {self.path} ends at offset {avail}, before the query's offset {at}")
+                avail = at
+            end[name] = at
+            want[name] = avail - at
+        for name in sorted(now.keys() - start.keys()):
+            if name in sources:
+                end[name] = first_offset(sources[name].path)  # enters now; read from the next batch
+        if isinstance(limit, ReadMinRows) and sum(want.values()) < limit.min_rows and self.target is None:
+            return dict(start)
+        grant = share_rows(want, limit.max_rows) if isinstance(limit, ReadMaxRows) else want
+        for name, n in grant.items():
+            end[name] += n
+        return end
+
+    def partitions(self, start: Offsets, end: Offsets) -> Sequence[InputPartition]:
+        sources = self._sources()
+        parts: list[SegmentPart] = []
+        for name in sorted(end):
+            lo, hi = start.get(name, end[name]), end[name]
+            if lo >= hi:
+                continue
+            src = sources.get(name)
+            if src is None:
+                self._lost(f"journal {name} under {self.path} is gone before offsets {lo} to {hi - 1} were read")
+                continue
+            segments = list_segments(src.path)
+            first = segments[0].first_offset if segments else next_offset(src.path)
+            if lo < first:
+                self._lost(
+                    f"{src.path}: offsets {lo} to {min(first, hi) - 1} were deleted (by retention?)"
+                    " before they were read"
+                )
+                lo = first
+            parts.extend(
+                plan_range(
+                    src,
+                    lo,
+                    hi,
+                    types=self.types,
+                    max_bytes=self.max_bytes,
+                    segments=segments,
+                    missing_ok=not self.fail_on_data_loss,
+                )  # fmt: skip
+            )
+        return parts
+
+    def _lost(self, what: str) -> None:
+        if self.fail_on_data_loss:
+            raise DataLossError(f"{what}; set failOnDataLoss to false to skip it with a warning")
+        warnings.warn(f"sej: {what}; skipped (failOnDataLoss is false)", CorruptionWarning, stacklevel=3)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, SegmentPart)
+        return read_part(partition)
+
+    def commit(self, end: Offsets) -> None:
+        """Store each journal's end as `ofs/spark-<queryName>.ofs` (no-op without a queryName)."""
+        if self.reader_name is None:
+            return
+        sources = self._sources()
+        for name, offset in end.items():
+            src = sources.get(name)
+            if src is None:
+                continue
+            path = reader_offset_path(src.path, self.reader_name)
+            if read_offset_file(path) == offset:
+                continue
+            os.makedirs(offset_dir(src.path), exist_ok=True)
+            write_offset_file(path, offset)
+
+
+__all__ = ["SejStreamReader", "share_rows"]
