@@ -839,7 +839,7 @@ def test_subprocess_closed_stdout_pipe_exits_quietly(tmp_path: Path) -> None:
 
 def test_console_script_is_declared_and_installed() -> None:
     cfg = (REPO / "setup.cfg").read_text()
-    assert "sej = sej.cmd.main:main" in cfg and "sej-demo = sej.demo:main" in cfg
+    assert "sej = sej.cmd.main:main" in cfg and "sej-pipeline = sej.pipeline:main" in cfg
     script = shutil.which("sej")
     if script is None:
         pytest.skip("the sej script is not installed (pip install -e .)")

@@ -491,7 +491,7 @@ def test_run_forever_copies_new_data_continuously(
 def test_console_script_is_declared() -> None:
     cfg = (REPO / "setup.cfg").read_text()
     assert "sej-hub = sej.hub.main:main" in cfg
-    assert "sej = sej.cmd.main:main" in cfg and "sej-demo = sej.demo:main" in cfg
+    assert "sej = sej.cmd.main:main" in cfg and "sej-pipeline = sej.pipeline:main" in cfg
 
 
 def test_sej_hub_once_in_a_subprocess(tmp_path: Path, src: Path) -> None:
