@@ -11,8 +11,7 @@ def spark_session(app_name: str = "sej", master: str | None = None, **conf: str)
     """A SparkSession (new or the active one) with the `sej` format registered.
 
     Spark's Python workers must import sej, so PYSPARK_PYTHON defaults to this interpreter.
-    `master` defaults to $SPARK_MASTER or local[2]; on a cluster, pass nothing and let
-    spark-submit decide. Timestamps are shown in UTC unless `spark.sql.session.timeZone` is given.
+    `master` defaults to $SPARK_MASTER, else to what spark-submit gave, else local[2]. Timestamps are shown in UTC unless `spark.sql.session.timeZone` is given.
     """
     from pyspark.sql import SparkSession
 
@@ -22,7 +21,7 @@ def spark_session(app_name: str = "sej", master: str | None = None, **conf: str)
     master = master or os.environ.get("SPARK_MASTER")
     if master:
         builder = builder.master(master)
-    elif not os.environ.get("SPARK_HOME") and "spark.master" not in conf:
+    elif "PYSPARK_GATEWAY_PORT" not in os.environ and "spark.master" not in conf:  # not under spark-submit
         builder = builder.master("local[2]")
     settings = {"spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false"} | conf
     for k, v in settings.items():
