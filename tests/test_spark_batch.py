@@ -78,6 +78,8 @@ def test_offset_time_and_type_bounds(spark, tmp_path) -> None:
         by_shard.setdefault(r.shard, []).append(r.offset)
     assert sorted(by_shard["p.2.000"]) == list(range(10, 20))
     assert "p.2.001" not in by_shard  # -1: from the latest, so nothing yet
+    everything_latest = '{"p.2.000": -1, "p.2.001": -1, "p.2.002": -1, "p.2.003": -1}'
+    assert spark.read.format("sej").option("startingOffsets", everything_latest).load(root).count() == 0
     assert len(by_shard["p.2.002"]) == sej.next_offset(os.path.join(root, "p.2.002"))
     t0 = 1_700_000_000_000_000_000
     timed = (

@@ -186,7 +186,8 @@ class SejBatchReader(DataSourceReader):
         return parts
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, SegmentPart)
+        if not isinstance(partition, SegmentPart):  # Spark reads one InputPartition(None) when there are none
+            return iter(())
         return read_part(partition)
 
 

@@ -11,7 +11,8 @@ def spark_session(app_name: str = "sej", master: str | None = None, **conf: str)
     """A SparkSession (new or the active one) with the `sej` format registered.
 
     Spark's Python workers must import sej, so PYSPARK_PYTHON defaults to this interpreter.
-    `master` defaults to $SPARK_MASTER, else to what spark-submit gave, else local[2]. Timestamps are shown in UTC unless `spark.sql.session.timeZone` is given.
+    `master` defaults to $SPARK_MASTER, else to what spark-submit gave, else local[2].
+    Timestamps are shown in UTC unless `spark.sql.session.timeZone` is given.
     """
     from pyspark.sql import SparkSession
 

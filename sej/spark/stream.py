@@ -175,7 +175,8 @@ class SejStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         warnings.warn(f"sej: {what}; skipped (failOnDataLoss is false)", CorruptionWarning, stacklevel=3)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, SegmentPart)
+        if not isinstance(partition, SegmentPart):  # Spark reads one InputPartition(None) when there are none
+            return iter(())
         return read_part(partition)
 
     def commit(self, end: Offsets) -> None:
