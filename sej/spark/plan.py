@@ -46,6 +46,7 @@ def find_sources(path: str) -> list[Source]:
 class SegmentPart(InputPartition):
     """Frames of one segment: byte range [start, end) starting at message `first`, kept if in [lo, hi).
 
+    `upto`: the partition must reach this offset (or hi) or its segment is damaged.
     `missing_ok`: a segment deleted (by retention) before it is read yields nothing instead of failing.
     """
 
@@ -61,12 +62,14 @@ class SegmentPart(InputPartition):
         lo: int,
         hi: int,
         types: tuple[int, ...] | None,
+        upto: int | None = None,
         missing_ok: bool = False,
     ) -> None:
         super().__init__(path)
         self.path, self.client, self.shard = path, client, shard
         self.first, self.start, self.end = first, start, end
         self.lo, self.hi, self.types = lo, hi, types
+        self.upto = hi if upto is None else min(hi, upto)
         self.missing_ok = missing_ok
 
 
@@ -102,8 +105,10 @@ def plan_range(
                 continue
             if first >= hi:
                 break
+            upto = nxt_first if nxt_first is not None else seg_end  # a sealed piece holds everything up to here
             parts.append(SegmentPart(path=seg.path, client=src.client, shard=src.shard, first=first, start=pos,
-                                     end=end, lo=lo, hi=hi, types=types, missing_ok=missing_ok))  # fmt: skip
+                                     end=end, lo=lo, hi=hi, types=types, upto=upto,
+                                     missing_ok=missing_ok))  # fmt: skip
     return parts
 
 
