@@ -29,13 +29,13 @@ try:
 except ImportError:  # run from a checkout without installing
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from sej.cmd.command import OneLineCommand
 from sej.cmd.errors import OK
 from sej.errors import LockedError
-from sej.hub.main import HubCommand
 from sej.spark.archive import archive, describe, lock_path
 
 
-@click.command(cls=HubCommand, name="archive", context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(cls=OneLineCommand, name="archive", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("path")
 @click.argument("dest")
 @click.option("--master", default=None, metavar="URL", help="Spark master (default: $SPARK_MASTER or local[2]).")
@@ -44,7 +44,7 @@ from sej.spark.archive import archive, describe, lock_path
 @click.option("--debug", is_flag=True, help="Show tracebacks of unexpected errors and Spark's log.")
 def cli(path: str, dest: str, master: str | None, reader: str, dry_run: bool, debug: bool) -> int:
     """Archive the sealed segments of PATH that every reader has passed into Parquet under DEST."""
-    HubCommand.debug = debug
+    OneLineCommand.debug = debug
 
     def start_spark() -> Any:
         from sej.spark import spark_session

@@ -28,7 +28,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import ExitStack
 from typing import Any
 
@@ -39,11 +39,12 @@ try:
 except ImportError:  # run from a checkout without installing
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from sej.cmd.errors import INTERRUPTED, OK, PROBLEMS, USAGE, Failure, usage
+from sej.cmd.command import OneLineCommand, error_line, translate
+from sej.cmd.errors import OK, PROBLEMS, Failure, usage
 from sej.cmd.main import quiet_library_logs
 from sej.cmd.target import journals_at
 from sej.cmd.timeparse import NS, TimeError, parse_time
-from sej.errors import InvalidArgumentError, LockedError, SejError
+from sej.errors import LockedError, SejError
 from sej.layout import check_reader_name
 from sej.lock import unlock_file
 from sej.retention import Deletion, RetentionResult, apply_retention, lock_retention, plan_retention
@@ -111,70 +112,10 @@ def _n(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-def error_line(message: str) -> None:
-    one = " ".join(str(message).split())
-    try:
-        click.echo(f"{PROG}: error: {one}", err=True)
-    except (BrokenPipeError, ValueError):
-        pass
-
-
 # -- the command ---------------------------------------------------------------
 
 
-class RetentionCommand(click.Command):
-    """A click command whose errors end as one line on stderr and an exit code (see the module doc)."""
-
-    debug = False
-
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except (click.ClickException, click.exceptions.Exit, click.Abort, KeyboardInterrupt):
-            raise
-        except Exception as e:
-            if RetentionCommand.debug:
-                raise
-            raise translate(e) from e
-
-    def main(
-        self,
-        args: Sequence[str] | None = None,
-        prog_name: str | None = None,
-        complete_var: str | None = None,
-        standalone_mode: bool = True,
-        **extra: Any,
-    ) -> Any:
-        RetentionCommand.debug = False
-        try:
-            rv = super().main(args, prog_name or PROG, complete_var, standalone_mode=False, **extra)
-            code = rv if isinstance(rv, int) and not isinstance(rv, bool) else OK
-        except click.UsageError as e:
-            error_line(e.format_message())
-            code = USAGE
-        except click.ClickException as e:
-            error_line(e.format_message())
-            code = e.exit_code
-        except click.Abort:
-            code = INTERRUPTED
-        if standalone_mode:
-            sys.exit(code)
-        return code
-
-
-def translate(e: BaseException) -> Failure:
-    """The one-line error and exit code for an exception."""
-    if isinstance(e, InvalidArgumentError):
-        return Failure(str(e), USAGE)
-    if isinstance(e, SejError):
-        return Failure(str(e), PROBLEMS)
-    if isinstance(e, OSError):
-        where = f"{e.filename}: " if e.filename else ""
-        return Failure(f"{where}{e.strerror or e}", PROBLEMS)
-    return Failure(f"internal error: {type(e).__name__}: {e} (run with --debug to see the traceback)")
-
-
-@click.command(cls=RetentionCommand, name=PROG, context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(cls=OneLineCommand, name=PROG, context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("path", type=click.Path(path_type=str))
 @click.option("--max-age", type=DURATION, default=None, help="Delete segments whose newest message is older (7d, 12h).")
 @click.option("--max-bytes", type=SIZE, default=None, help="Keep each journal's segments under this size (10G).")
@@ -201,7 +142,7 @@ def retention(
     SIZE: bytes or K, M, G, T, P (powers of 1024). Exit codes: 0 fine,
     1 problems (also: another run holds the lock), 2 usage errors.
     """
-    RetentionCommand.debug = debug
+    OneLineCommand.debug = debug
     quiet_library_logs(not debug)
     if max_age is None and max_bytes is None and max_messages is None:
         raise usage("no limit given: give at least one of --max-age, --max-bytes, --max-messages")
@@ -226,7 +167,7 @@ def retention(
             except (SejError, OSError) as e:
                 if debug:
                     raise
-                error_line(f"{j.path}: {translate(e).format_message()}")
+                error_line(PROG, f"{j.path}: {translate(e, PROG).format_message()}")
                 failed += 1
                 continue
             done = plan.deletions if result is None else result.deleted

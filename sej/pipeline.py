@@ -6,7 +6,8 @@ A producer process appends to a sharded journal; meanwhile this process runs the
 hub's copy (`copy_all`, the engine of `sej-hub` and `sej copy`) into a hub root,
 over the local transport or, with --ssh, over SFTP from that host; then Spark reads
 the hub root with the `sej` data source and prints a summary per shard and per type.
-It exits 0 only if Spark read every produced message exactly once.
+It exits 0 only if Spark read every produced message exactly once (1 if not, 2 on
+bad input; errors are one `sej-pipeline: error:` line unless --debug).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from collections.abc import Callable
 
 import click
 
+from .cmd.command import OneLineCommand
+from .cmd.errors import usage
 from .errors import SejError
 from .hub.copy import copy_all
 from .hub.source import LocalSource, Source
@@ -75,7 +78,10 @@ def run_hub(
 
 def summarize(hub_root: str, master: str | None) -> tuple[int, bool]:
     """Read the hub root with Spark, print the summary; (rows, every journal's offsets contiguous)."""
-    from pyspark.sql import functions as F
+    try:
+        from pyspark.sql import functions as F
+    except ImportError as e:
+        raise SejError(f"PySpark is not installed ({e}): pip install 'sej-journal[spark]'") from None
 
     from .spark import spark_session
 
@@ -115,7 +121,7 @@ def summarize(hub_root: str, master: str | None) -> tuple[int, bool]:
     return rows, contiguous
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(cls=OneLineCommand, name="sej-pipeline", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--work", type=click.Path(file_okay=False), help="Working directory (default: a new temporary one).")
 @click.option("--messages", type=click.IntRange(1, 10**8), default=20_000, show_default=True)
 @click.option("--shard-bit", type=click.IntRange(0, 8), default=2, show_default=True, help="2**BIT shards.")
@@ -137,78 +143,61 @@ def main(
     master: str | None,
     keep: bool,
     debug: bool,
-) -> None:
+) -> int:
     """Produce a sharded journal, copy it with the hub, summarize it with Spark."""
+    OneLineCommand.debug = debug
     base = os.path.abspath(work) if work else tempfile.mkdtemp(prefix="sej-pipeline-")
     producer_root, hub_root = os.path.join(base, "producer"), os.path.join(base, "hub")
     try:
-        ok = _run(producer_root, hub_root, messages, shard_bit, segment_size, ssh_url, identity, known_hosts, master)
-    except (SejError, OSError, ImportError) as e:
-        if debug:
-            raise
-        click.echo(f"pipeline: error: {e}", err=True)
-        sys.exit(2)
+        if (master or os.environ.get("SPARK_MASTER", "local")).startswith("local"):
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # everything runs on this machine
+        if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+            raise SejError(
+                "Spark needs a Java runtime (17 or later): install one, e.g. apt install default-jre-headless"
+            )
+        os.makedirs(producer_root, exist_ok=True)
+        client = None
+        if ssh_url:
+            from .hub.ssh import connect, parse_location, resolve, sftp_sources
+
+            loc = parse_location(ssh_url.rstrip("/") + producer_root)
+            if loc is None:
+                raise usage(f"--ssh must look like ssh://[user@]host[:port], got {ssh_url!r}")
+            ep = resolve(loc.host, loc.port, loc.user, identity, known_hosts)
+            client = connect(ep)
+            make_source: Callable[[], Source] = sftp_sources(client, loc.path, f"{ep.user}@{ep.host}:{ep.port}")
+            transport = f"SFTP from {ep.user}@{ep.host}:{ep.port}"
+        else:
+            make_source = lambda: LocalSource(producer_root)  # noqa: E731
+            transport = "local transport"
+        click.echo(f"producer: {messages} messages into {producer_root} ({2**shard_bit} shards)")
+        click.echo(f"hub:      {hub_root} (client {CLIENT}, {transport})")
+        producer = multiprocessing.get_context("spawn").Process(
+            target=produce, args=(producer_root, messages, shard_bit, segment_size)
+        )
+        producer.start()
+        try:
+            took = run_hub(make_source, hub_root, producer, messages)
+        finally:
+            producer.join(60)
+            if client is not None:
+                client.close()
+        copied = hub_messages(hub_root)
+        click.echo(f"hub copied {copied} of {messages} messages in {took:.1f} s")
+        if producer.exitcode != 0:
+            click.echo(f"pipeline FAILED: the producer exited with {producer.exitcode}", err=True)
+            return 1
+        click.echo(f"spark:    reading {hub_root} ({master or os.environ.get('SPARK_MASTER') or 'local[2]'})")
+        rows, contiguous = summarize(hub_root, master)
+        ok = rows == messages == copied and contiguous
+        if ok:
+            click.echo(f"\npipeline OK: {messages} messages produced, copied by the hub and read by Spark exactly once")
+        else:
+            click.echo(f"\npipeline FAILED: produced {messages}, hub {copied}, Spark read {rows}", err=True)
+        return 0 if ok else 1
     finally:
         if not work and not keep:
             shutil.rmtree(base, ignore_errors=True)
-    sys.exit(0 if ok else 1)
-
-
-def _run(
-    producer_root: str,
-    hub_root: str,
-    messages: int,
-    shard_bit: int,
-    segment_size: int,
-    ssh_url: str | None,
-    identity: str | None,
-    known_hosts: str | None,
-    master: str | None,
-) -> bool:
-    if (master or os.environ.get("SPARK_MASTER", "local")).startswith("local"):
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # everything runs on this machine
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        raise SejError("Spark needs a Java runtime (17 or later): install one, e.g. apt install default-jre-headless")
-    os.makedirs(producer_root, exist_ok=True)
-    client = None
-    if ssh_url:
-        from .hub.ssh import connect, parse_location, resolve, sftp_sources
-
-        loc = parse_location(ssh_url.rstrip("/") + producer_root)
-        if loc is None:
-            raise SejError(f"--ssh must look like ssh://[user@]host[:port], got {ssh_url!r}")
-        ep = resolve(loc.host, loc.port, loc.user, identity, known_hosts)
-        client = connect(ep)
-        make_source: Callable[[], Source] = sftp_sources(client, loc.path, f"{ep.user}@{ep.host}:{ep.port}")
-        transport = f"SFTP from {ep.user}@{ep.host}:{ep.port}"
-    else:
-        make_source = lambda: LocalSource(producer_root)  # noqa: E731
-        transport = "local transport"
-    click.echo(f"producer: {messages} messages into {producer_root} ({2**shard_bit} shards)")
-    click.echo(f"hub:      {hub_root} (client {CLIENT}, {transport})")
-    producer = multiprocessing.get_context("spawn").Process(
-        target=produce, args=(producer_root, messages, shard_bit, segment_size)
-    )
-    producer.start()
-    try:
-        took = run_hub(make_source, hub_root, producer, messages)
-    finally:
-        producer.join(60)
-        if client is not None:
-            client.close()
-    copied = hub_messages(hub_root)
-    click.echo(f"hub copied {copied} of {messages} messages in {took:.1f} s")
-    if producer.exitcode != 0:
-        click.echo(f"pipeline FAILED: the producer exited with {producer.exitcode}", err=True)
-        return False
-    click.echo(f"spark:    reading {hub_root} ({master or os.environ.get('SPARK_MASTER') or 'local[2]'})")
-    rows, contiguous = summarize(hub_root, master)
-    ok = rows == messages == copied and contiguous
-    if ok:
-        click.echo(f"\npipeline OK: {messages} messages produced, copied by the hub and read by Spark exactly once")
-    else:
-        click.echo(f"\npipeline FAILED: produced {messages}, hub {copied}, Spark read {rows}", err=True)
-    return ok
 
 
 if __name__ == "__main__":

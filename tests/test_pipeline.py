@@ -55,5 +55,5 @@ def test_main_job_over_ssh(spark, sshd, tmp_path) -> None:
 def test_main_job_bad_input_is_one_error_line(tmp_path) -> None:
     out = run_pipeline("--work", str(tmp_path), "--ssh", "ftp://nope", timeout=60)
     assert out.returncode == 2
-    assert out.stderr.strip().splitlines()[-1].startswith("pipeline: error: --ssh must look like")
+    assert out.stderr.strip().splitlines()[-1].startswith("sej-pipeline: error: --ssh must look like")
     assert "Traceback" not in out.stderr

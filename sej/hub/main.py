@@ -17,17 +17,18 @@ import logging
 import signal
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
-from typing import IO, Any
+from typing import IO
 
 import click
 import paramiko
 
 from .. import __version__
-from ..cmd.errors import INTERRUPTED, OK, PROBLEMS, USAGE, Failure
-from ..errors import InvalidArgumentError, LockedError, SejError
+from ..cmd.command import OneLineCommand
+from ..cmd.errors import INTERRUPTED, OK, PROBLEMS, Failure
+from ..errors import LockedError
 from ..lock import unlock_file
 from .config import HubConfig, load_config
 from .daemon import ClientReport, Hub, lock_hub, lock_path
@@ -113,66 +114,8 @@ def hold_lock(config: HubConfig) -> IO[str]:
         raise Failure(f"another hub run holds the lock {lock_path(config)}", PROBLEMS) from None
 
 
-def translate(e: BaseException, prog: str) -> Failure:
-    """The one-line error and exit code for an exception."""
-    if isinstance(e, InvalidArgumentError):
-        return Failure(str(e), USAGE)
-    if isinstance(e, SejError):
-        return Failure(str(e), PROBLEMS)
-    if isinstance(e, OSError):
-        where = f"{e.filename}: " if e.filename else ""
-        return Failure(f"{where}{e.strerror or e}", PROBLEMS)
-    return Failure(f"internal error: {type(e).__name__}: {e} (run '{prog} --debug ...' to see the traceback)")
-
-
-def error_line(prog: str, message: str) -> None:
-    one = " ".join(str(message).split())
-    try:
-        click.echo(f"{prog}: error: {one}", err=True)
-    except (BrokenPipeError, ValueError):
-        pass
-
-
-class HubCommand(click.Command):
-    """A click command whose errors end as one line on stderr and an exit code (see the module doc)."""
-
-    debug = False
-
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except (click.ClickException, click.exceptions.Exit, click.Abort, KeyboardInterrupt):
-            raise
-        except Exception as e:
-            if HubCommand.debug:
-                raise
-            raise translate(e, ctx.command_path) from e
-
-    def main(
-        self,
-        args: Sequence[str] | None = None,
-        prog_name: str | None = None,
-        complete_var: str | None = None,
-        standalone_mode: bool = True,
-        **extra: Any,
-    ) -> Any:
-        HubCommand.debug = False
-        prog = prog_name or self.name or "sej-hub"
-        try:
-            rv = super().main(args, prog, complete_var, standalone_mode=False, **extra)
-            code = rv if isinstance(rv, int) and not isinstance(rv, bool) else OK
-        except click.UsageError as e:
-            hint = f" (see '{e.ctx.command_path} --help')" if e.ctx is not None else ""
-            error_line(prog, e.format_message() + hint)
-            code = USAGE
-        except click.ClickException as e:
-            error_line(prog, e.format_message())
-            code = e.exit_code
-        except click.Abort:
-            code = INTERRUPTED
-        if standalone_mode:
-            sys.exit(code)
-        return code
+HubCommand = OneLineCommand
+"""sej-hub's command class (also used by scripts/hub-cron.py)."""
 
 
 def start(config_path: str, log_level: str | None, debug: bool) -> HubConfig:
