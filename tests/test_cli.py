@@ -29,7 +29,7 @@ from sej.cmd.timeparse import TimeError, format_time, parse_time
 from sej.layout import index_path, segment_path
 from sej.shard import format_shard
 
-from .conftest import run_with_stderr_on_a_terminal
+from .conftest import popen_python, run_with_stderr_on_a_terminal
 
 REPO = Path(__file__).resolve().parent.parent
 T0 = 1712345678901234567  # 2024-04-05T19:34:38.901234567Z
@@ -474,6 +474,28 @@ def test_old_needs_every_reader_past_and_never_leaves_a_gap(tmp_path: Path) -> N
     age(segment_path(d, 0), 0)  # the oldest segment is recent: the later one must stay too
     assert "no segment" in run("old", d, "--days", "1", "--delete").stdout
     assert len(segments(d)) == 3
+
+
+def test_old_delete_waits_for_no_retention_run_and_deletes_nothing_while_one_holds_the_lock(tmp_path: Path) -> None:
+    d = make_journal(tmp_path / "j", reader=12)
+    for s in segments(d):
+        age(s.path, 10)
+    holder = popen_python(
+        "import sys, time; from sej.retention import lock_retention; held = lock_retention(sys.argv[1]); "
+        "print('locked', flush=True); time.sleep(60)",
+        d,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        r = run("old", d, "--days", "5", "--delete", code=1)
+        assert "retention.lck" in one_error_line(r) and "another process" in one_error_line(r)
+        assert [s.first_offset for s in segments(d)] == [0, 6, 12]
+    finally:
+        holder.kill()
+        holder.wait()
+    assert "deleted 2 segments" in run("old", d, "--days", "5", "--delete").stdout
+    assert [s.first_offset for s in segments(d)] == [12]
 
 
 def test_old_without_readers_counts_nothing_as_passed(tmp_path: Path) -> None:

@@ -13,9 +13,10 @@ import click
 
 from ..errors import LockedError, SejError
 from ..journal import last_messages, next_offset
-from ..layout import index_path, list_segments, writer_lock_path
+from ..layout import index_dir, index_path, list_segments, segment_dir, writer_lock_path
 from ..lock import lock_file, unlock_file
-from ..recovery import recover_tail
+from ..recovery import fsync_dir, recover_tail
+from ..retention import lock_retention
 from ..scanner import Scanner
 from ..shard import Journal
 from .check import Problem, Report, total_bytes, verify_journal
@@ -230,7 +231,9 @@ def old(dir: str, days: float, delete: bool) -> int:
     committed starts at the first offset, so it has passed nothing). Without
     readers, nothing counts as passed. The last segment of a journal is never
     listed, and segments are taken oldest first up to the first one that does
-    not qualify, so deleting them never leaves a gap in the journal.
+    not qualify, so deleting them never leaves a gap in the journal. --delete
+    holds each journal's retention lock (as scripts/retention.py does) and
+    fsyncs jnl/ after each segment, so even a power loss leaves no gap.
     """
     journals = journals_at(dir)
     several = len(journals) > 1
@@ -270,13 +273,21 @@ def old(dir: str, days: float, delete: bool) -> int:
     elif not delete:
         click.echo(f"{_n(len(found), 'segment')}, {size} bytes; add --delete to delete them")
     else:
-        with progress(len(found), "deleting") as tick:
-            for j, path, first, _last, _mtime, _size in found:
-                os.remove(path)
-                try:
-                    os.remove(index_path(j.path, first))
-                except FileNotFoundError:
-                    pass
-                tick(1)
+        with ExitStack() as locks:
+            jpaths = sorted({j.path for j, *_ in found})
+            for jpath in jpaths:  # never at the same time as a retention run (scripts/retention.py)
+                locks.callback(unlock_file, lock_retention(jpath))
+            with progress(len(found), "deleting") as tick:
+                for j, path, first, _last, _mtime, _size in found:
+                    os.remove(path)
+                    fsync_dir(segment_dir(j.path))  # one at a time: a crash can never leave a gap in the journal
+                    try:
+                        os.remove(index_path(j.path, first))
+                    except FileNotFoundError:
+                        pass
+                    tick(1)
+            for jpath in jpaths:
+                if os.path.isdir(index_dir(jpath)):
+                    fsync_dir(index_dir(jpath))
         click.echo(f"deleted {_n(len(found), 'segment')}, {size} bytes")
     return 1 if failed else 0
