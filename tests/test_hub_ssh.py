@@ -235,3 +235,32 @@ def test_ssh_config_host_entries_and_default_files_are_honoured(sshd, tmp_path) 
         capture_output=True, text=True, env=env, timeout=120,
     )  # fmt: skip
     assert r.returncode == 1 and "Traceback" not in r.stderr and r.stderr.startswith("sej: error: ")
+
+
+def test_a_stalled_producer_fails_the_call_within_the_io_timeout_instead_of_hanging(sshd, tmp_path) -> None:
+    """SIGSTOP the sshd serving the connection: replies stop; the SFTP call must give up, not hang."""
+    from sej.hub.source import SourceError
+
+    src = str(tmp_path / "src")
+    produce(src, 200, segment_size=5000)
+    client = connect(endpoint(sshd))
+    stopped: list[int] = []
+    try:
+        source = sftp_sources(client, src, "stalled", io_timeout=1.5)()
+        assert "p.2.000" in source.journals()  # works while the server answers
+        first = source.segments("p.2.000")[0]
+        stopped = sshd.connections()
+        assert stopped, "the connection has its own sshd process"
+        for pid in stopped:
+            os.kill(pid, signal.SIGSTOP)
+        t0 = time.monotonic()
+        with pytest.raises(SourceError, match="stalled"):
+            source.read("p.2.000", first.name, 0, 4096)
+        assert time.monotonic() - t0 < 10, "the stalled call must end near io_timeout (1.5 s)"
+    finally:
+        for pid in stopped:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        client.close()

@@ -163,8 +163,17 @@ def connect(ep: Endpoint, accept_new_host_key: bool = False, timeout: float = 15
         raise
 
 
-def sftp_sources(client: paramiko.SSHClient, root: str, label: str) -> Callable[[], SftpSource]:
-    """A factory of SftpSources, each on its own SFTP channel of the one connection."""
+IO_TIMEOUT = 60.0
+"""Seconds an SFTP request may wait for its reply: a stalled producer fails the pass, never hangs it."""
+
+
+def sftp_sources(
+    client: paramiko.SSHClient, root: str, label: str, io_timeout: float = IO_TIMEOUT
+) -> Callable[[], SftpSource]:
+    """A factory of SftpSources, each on its own SFTP channel of the one connection.
+
+    A reply that takes longer than `io_timeout` seconds fails the call with a SourceError.
+    """
     transport = client.get_transport()
     if transport is None or not transport.is_active():
         raise SshError(f"{label}: the SSH connection is closed")
@@ -176,6 +185,7 @@ def sftp_sources(client: paramiko.SSHClient, root: str, label: str) -> Callable[
             raise SshError(f"{label}: cannot open an SFTP channel: {e}") from None
         if sftp is None:
             raise SshError(f"{label}: cannot open an SFTP channel")
+        sftp.get_channel().settimeout(io_timeout)
         return SftpSource(sftp, root, label)
 
     return make
