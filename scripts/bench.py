@@ -1237,18 +1237,12 @@ def sej_sharded_append(dir: Path, values: list[bytes], keys: list[bytes]) -> flo
 
 
 def sej_plain_append_keys(dir: Path, values: list[bytes], keys: list[bytes]) -> float:
-    w = sej.Writer(dir, durability="buffered")
-    try:
+    def feed(w: sej.Writer) -> None:
         append = w.append
-        gc.collect()
-        t0 = perf_counter()
         for v, k in zip(values, keys):
             append(v, k)
-        w.flush()
-        t = perf_counter() - t0
-    finally:
-        w.close()
-    return t
+
+    return timed_writer(dir, len(values), feed)
 
 
 def bench_sharded(cfg: Config, scratch: Path) -> list[Result]:

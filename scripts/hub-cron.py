@@ -29,10 +29,11 @@ try:
 except ImportError:  # run from a checkout without installing
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from sej.cmd.command import OneLineCommand
 from sej.cmd.errors import INTERRUPTED, OK, Failure
 from sej.errors import LockedError
 from sej.hub.daemon import lock_hub, lock_path
-from sej.hub.main import LEVELS, HubCommand, run_pass, start, stop_on_signals, summarize
+from sej.hub.main import LEVELS, run_pass, start, stop_on_signals, summarize
 from sej.lock import unlock_file
 
 log = logging.getLogger("sej.hub")
@@ -41,7 +42,7 @@ DEFAULT_MAX_TIME = 3300.0
 """Seconds: a pass stops after 55 minutes, before an hourly cron would start the next one."""
 
 
-@click.command(cls=HubCommand, name="hub-cron", context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(cls=OneLineCommand, name="hub-cron", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--config", "config_path", required=True, metavar="FILE", help="The hub.toml file.")
 @click.option(
     "--max-time",

@@ -114,19 +114,15 @@ def hold_lock(config: HubConfig) -> IO[str]:
         raise Failure(f"another hub run holds the lock {lock_path(config)}", PROBLEMS) from None
 
 
-HubCommand = OneLineCommand
-"""sej-hub's command class (also used by scripts/hub-cron.py)."""
-
-
 def start(config_path: str, log_level: str | None, debug: bool) -> HubConfig:
     """Common start of sej-hub and the cron script: --debug, logging, the config."""
-    HubCommand.debug = debug
+    OneLineCommand.debug = debug
     setup_logging((log_level or ("DEBUG" if debug else "INFO")).upper())
     quiet_prefetch_errors()
     return load_config(config_path)
 
 
-@click.command(cls=HubCommand, name="sej-hub", context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(cls=OneLineCommand, name="sej-hub", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--config", "config_path", required=True, metavar="FILE", help="The hub.toml file.")
 @click.option("--once", is_flag=True, help="One pass over every client, then exit (1 if anything failed).")
 @click.option(

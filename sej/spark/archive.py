@@ -239,29 +239,12 @@ def archive_schema() -> Any:
     Read the archive with it (`spark.read.schema(archive_schema()).parquet(dest)`) so that
     partition values like `2.001` stay strings and `date` is a date.
     """
-    from pyspark.sql.types import (
-        BinaryType,
-        DateType,
-        IntegerType,
-        LongType,
-        StringType,
-        StructField,
-        StructType,
-        TimestampType,
-    )
+    from pyspark.sql.types import DateType, StructField, StructType
 
-    return StructType(
-        [
-            StructField("offset", LongType(), True),
-            StructField("timestamp", TimestampType(), True),
-            StructField("type", IntegerType(), True),
-            StructField("key", BinaryType(), True),
-            StructField("value", BinaryType(), True),
-            StructField("client", StringType(), True),
-            StructField("shard", StringType(), True),
-            StructField("date", DateType(), True),
-        ]
-    )
+    from .batch import SCHEMA
+
+    types = {f.name: f.dataType for f in SCHEMA.fields} | {"date": DateType()}
+    return StructType([StructField(c, types[c], True) for c in (*DATA_COLUMNS, *PARTITION_COLUMNS)])
 
 
 def verify(spark: Any, plans: list[JournalReport], staging: str) -> dict[str, Staged]:

@@ -89,19 +89,18 @@ class SejStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> Offsets:
         out: Offsets = {}
         for name, src in self._sources().items():
-            if self.starting == "latest":
+            at = self.starting.get(name, -2) if isinstance(self.starting, dict) else self.starting
+            if at in (-1, "latest"):
                 out[name] = next_offset(src.path)
-            elif isinstance(self.starting, dict) and self.starting.get(name, -2) >= 0:
-                out[name] = self.starting[name]
-            elif isinstance(self.starting, dict) and self.starting.get(name) == -1:
-                out[name] = next_offset(src.path)
-            else:
+            elif at in (-2, "earliest"):
                 out[name] = first_offset(src.path)
+            else:
+                out[name] = int(at)
         return out
 
-    def _available(self) -> Offsets:
-        """Each journal's next offset now (a new journal at its first offset: see the module doc)."""
-        return {name: next_offset(src.path) for name, src in self._sources().items()}
+    def _available(self, sources: dict[str, Source] | None = None) -> Offsets:
+        """Each journal's next offset now."""
+        return {name: next_offset(src.path) for name, src in (sources or self._sources()).items()}
 
     def prepareForTriggerAvailableNow(self) -> None:
         self.target = self._available()
@@ -114,7 +113,7 @@ class SejStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
         sources = self._sources()
-        now = self.target if self.target is not None else self._available()
+        now = self.target if self.target is not None else self._available(sources)
         end: Offsets = {}
         want: dict[str, int] = {}
         for name, at in start.items():
