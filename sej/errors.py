@@ -22,6 +22,21 @@ class LockedError(SejError):
         self.path = path
 
 
+class LockLostError(SejError):
+    """The writer's lock file was deleted or replaced under it: another writer may now be writing.
+
+    The writer stops writing at once (its unwritten buffer is dropped) rather than
+    interleave frames with that writer.
+    """
+
+    def __init__(self, path: str, what: str) -> None:
+        super().__init__(
+            f"{path} {what} under this writer, so another writer may be writing the journal; "
+            "this writer stopped and writes nothing more"
+        )
+        self.path = path
+
+
 class ClosedError(SejError):
     """The writer, scanner or offset was used after close()."""
 

@@ -8,7 +8,7 @@ from . import layout
 from .errors import CorruptionError, InvalidArgumentError
 from .layout import Segment, index_path, journal_path, list_segments
 from .message import I32, OVERHEAD, Message, decode_batch
-from .segment import read_messages, seek_entry, tail
+from .segment import pread_full, read_messages, seek_entry, tail
 
 
 def first_offset(dir: str | os.PathLike[str]) -> int:
@@ -25,7 +25,8 @@ def next_offset(dir: str | os.PathLike[str]) -> int:
         return 0
     seg = segments[-1]
     w, _, _ = tail(index_path(path, seg.first_offset), seg)
-    return w.next_offset
+    # Past a frame damaged in place (whole frames follow it), the writer appends after those frames.
+    return w.resume.next_offset if w.resume is not None else w.next_offset
 
 
 def last_messages(dir: str | os.PathLike[str], n: int) -> list[Message]:
@@ -56,7 +57,7 @@ def _backward(fd: int, seg: Segment, end: int, want: int) -> list[Message]:
         size = I32.unpack(os.pread(fd, 4, end - 4))[0] if end >= 4 else -1
         if size < OVERHEAD or size > end:
             raise CorruptionError(seg.path, max(end - 4, 0), "trailing size field does not fit a frame")
-        frame = os.pread(fd, size, end - size)
+        frame = pread_full(fd, size, end - size)
         expect = got[-1].offset - 1 if got else None
         msgs, used, problem = decode_batch(frame, 0, len(frame), expect, 1)
         if not msgs or problem is not None or used != size:

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from typing import Literal
 
 from . import index as idx
-from .errors import ClosedError, CorruptionError, InvalidArgumentError
+from .errors import ClosedError, CorruptionError, InvalidArgumentError, LockLostError
 from .layout import (
     index_dir,
     index_path,
@@ -45,10 +45,14 @@ DURABILITIES = ("buffered", "flush", "sync")
 BUFFER_SLACK = 1 << 16
 """Buffer room beyond buffer_size, so that frames up to this size never bypass the buffer."""
 
+LOCK_CHECK_INTERVAL = 0.1
+"""Seconds between checks, when writing, that the lock file is still the one this writer locked."""
+
 LEAD_ROUNDS = 8
 """At most this many fsyncs in a row by one leading thread (bounds its own wait)."""
 
 _time_ns = time.time_ns
+_monotonic = time.monotonic
 _fdatasync = getattr(os, "fdatasync", os.fsync)
 
 
@@ -77,6 +81,9 @@ class Writer:
         "_last_vlen",
         "_lock",
         "_lock_fh",
+        "_lock_checked",
+        "_lock_id",
+        "_lost",
         "_mark",
         "_max_ts",
         "_next",
@@ -115,6 +122,10 @@ class Writer:
         os.makedirs(segment_dir(self.dir), exist_ok=True)
         os.makedirs(index_dir(self.dir), exist_ok=True)
         self._lock_fh = lock_file(writer_lock_path(self.dir))
+        st = os.fstat(self._lock_fh.fileno())
+        self._lock_id = (st.st_dev, st.st_ino)
+        self._lock_checked = _monotonic()
+        self._lost: str | None = None  # why this writer must not write any more
         self._lock = threading.Lock()
         self._commit = threading.Lock()  # guards the group commit state below
         self._syncing = False  # a thread is leading fsyncs
@@ -182,6 +193,7 @@ class Writer:
 
     def _roll(self) -> None:
         """Finish the current segment (flush, fsync) and start the next. Holds self._lock."""
+        self._check_lock()
         self._spill()
         self._index.close()
         os.fsync(self._fd)
@@ -411,9 +423,30 @@ class Writer:
 
     # -- flushing and syncing --------------------------------------------------
 
+    def _check_lock(self) -> None:
+        """Raise LockLostError unless the lock path still names the file this writer locked.
+
+        A deleted or replaced `jnl.lck` (the Go writer deletes it on close) would let a
+        second writer lock a new file and write the same offsets. Holds self._lock.
+        """
+        self._lock_checked = _monotonic()
+        if self._lost is None:
+            path = writer_lock_path(self.dir)
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                self._lost = "was deleted"
+            else:
+                if (st.st_dev, st.st_ino) != self._lock_id:
+                    self._lost = "was replaced"
+        if self._lost is not None:
+            raise LockLostError(writer_lock_path(self.dir), self._lost)
+
     def _spill(self) -> None:
         """Write the buffer to the OS. Holds self._lock."""
         fill = self._fill
+        if self._lost is not None or fill and _monotonic() - self._lock_checked >= LOCK_CHECK_INTERVAL:
+            self._check_lock()
         if fill:
             buf = self._buf
             assert buf is not None
@@ -443,6 +476,7 @@ class Writer:
         with self._lock:
             if self._buf is None:
                 raise ClosedError(f"writer of {self.dir} is closed")
+            self._check_lock()
             self._spill()
             self._index.flush()
 
@@ -451,6 +485,7 @@ class Writer:
         with self._lock:
             if self._buf is None:
                 raise ClosedError(f"writer of {self.dir} is closed")
+            self._check_lock()
             self._spill()
             self._index.flush()
             ticket = self._written
@@ -527,19 +562,28 @@ class Writer:
         with self._lock:
             if self._buf is None:
                 return
-            self._spill()
+            try:
+                self._spill()
+            except LockLostError:
+                self._release(flush_index=False)
+                raise
             self._index.flush()
             ticket = self._written
         self._wait_durable(ticket)
         with self._lock:
             if self._buf is None:
                 return
-            self._buf = None
-            with self._commit:
-                self._close_retired()
+            self._release(flush_index=True)
+
+    def _release(self, flush_index: bool) -> None:
+        """Close the files and release the lock. Holds self._lock."""
+        self._buf = None
+        with self._commit:
+            self._close_retired()
+        if flush_index:
             self._index.close()
-            self._file.close()
-            unlock_file(self._lock_fh)
+        self._file.close()
+        unlock_file(self._lock_fh)
 
     def __enter__(self) -> Writer:
         return self

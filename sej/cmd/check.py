@@ -98,7 +98,8 @@ def _walk_segment(
                   else f"{reason} at the end of a finished segment")  # fmt: skip
     else:
         reason = f"{reason} ({tail} bytes from here to the end of the file)"
-    return size, Problem(seg.path, p.position, reason, last), w.next_offset
+    nxt = w.resume.next_offset if w.resume is not None else w.next_offset
+    return size, Problem(seg.path, p.position, reason, last), nxt
 
 
 def _quarantine_files(dir: str) -> list[tuple[str, int]]:

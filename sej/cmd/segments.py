@@ -18,7 +18,7 @@ import click
 
 from ..errors import CorruptionError
 from ..message import HEADER, I32, OVERHEAD, Message, decode_batch
-from ..segment import read_messages
+from ..segment import pread_full, read_messages
 from .errors import usage
 from .output import FORMATS, MessageWriter, human_bytes, pairs
 from .target import segment_file
@@ -101,7 +101,7 @@ def first_and_last(fd: int, path: str, named: int | None, size: int) -> tuple[Me
             path, max(size - 4, 0), f"the trailing size field says {n}, which does not fit a frame "
             "(a torn or corrupt tail: see sej verify)", min(size, 4),
         )  # fmt: skip
-    frame = os.pread(fd, n, size - n)
+    frame = pread_full(fd, n, size - n)
     got, used, _problem = decode_batch(frame, 0, len(frame), None, 1)
     if not got or used != n or got[0].offset < first.offset:
         raise CorruptionError(

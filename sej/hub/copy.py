@@ -21,9 +21,9 @@ from .. import index as idx
 from ..errors import SejError
 from ..layout import index_path, list_segments, segment_dir, segment_path, writer_lock_path
 from ..lock import lock_file, unlock_file
-from ..message import NO_TIMESTAMP
+from ..message import HEADER, I32, NO_TIMESTAMP
 from ..recovery import fsync_dir, recover_tail
-from ..segment import _frame_total, next_entry_after, walk_frames
+from ..segment import chain_back, frame_total, next_entry_after, walk_frames
 from .names import destination_name
 from .source import Source, SourceSegment
 
@@ -107,6 +107,12 @@ class _Destination:
             done += os.write(self.fd, view[done:])
         self.size += done
         self.unsynced += done
+
+    def cut(self, size: int) -> None:
+        """Drop the bytes of the current segment from `size` on (a frame copied only in part)."""
+        os.ftruncate(self.fd, size)
+        self.unsynced += self.size - size
+        self.size = size
 
     def sync(self) -> None:
         if self.fd >= 0 and self.unsynced:
@@ -254,11 +260,87 @@ def _copy_segment(
                 f"{where}: corrupt frame in {source.describe(journal, seg.name)} at byte "
                 f"{pos + f.used}: {f.problem.reason}; copying stopped before it"
             )
+        start, avail = pos + f.used, len(data) - f.used
         if len(data) < want:
-            return messages, copied, False  # the end for now: a message still being written
-        total = _frame_total(data, f.used, len(data))
-        want = max(chunk, total or 2 * want)  # a message bigger than a read
+            # The end for now: a message still being written, unless whole frames follow it.
+            resume = chain_back(lambda p, n: source.read(journal, seg.name, p, n), start, start + avail, dest.next)
+            if resume is not None:
+                raise CopyError(
+                    f"{where}: corrupt frame in {source.describe(journal, seg.name)} at byte {start}: "
+                    f"{f.problem.reason}, but whole frames for offsets {dest.next + 1}..{resume.next_offset - 1} "
+                    "follow it; copying stopped before it"
+                )
+            return messages, copied, False
+        total = frame_total(data, 0, len(data))
+        if f.used or total is None:
+            want = chunk if f.used else 2 * want  # read again from the unfinished frame's start
+            continue
+        # A frame bigger than a read: checked by its trailing size, then streamed in reads of `chunk`
+        # bytes, so that memory stays bounded whatever size a frame claims.
+        if not _copy_big_frame(source, journal, seg, dest, where, start, total, data, chunk, stop, on_bytes):
+            return messages, copied, False
+        ts = HEADER.unpack_from(data, 0)[1]
+        if ts > dest.max_ts:
+            dest.max_ts = ts
+        if start >= next_entry:
+            index.add(dest.next, start, dest.max_ts)
+            next_entry = start + idx.INTERVAL
+        messages += 1
+        copied += total
+        dest.next += 1
+        want = chunk
     return messages, copied, True
+
+
+def _copy_big_frame(
+    source: Source,
+    journal: str,
+    seg: SourceSegment,
+    dest: _Destination,
+    where: str,
+    start: int,
+    total: int,
+    head: bytes,
+    chunk: int,
+    stop: threading.Event | None,
+    on_bytes: Callable[[int], None] | None,
+) -> bool:
+    """Copy the `total`-byte frame at `start` whose first bytes are `head`; False if not all there yet.
+
+    Whatever stops it midway (a stop request, an error) cuts the destination back to `start`.
+    """
+    trailer = source.read(journal, seg.name, start + total - 4, 4)
+    if len(trailer) < 4:
+        return False
+    if I32.unpack(trailer)[0] != total:
+        raise CopyError(
+            f"{where}: corrupt frame in {source.describe(journal, seg.name)} at byte {start}: its size field "
+            f"says {I32.unpack(trailer)[0]}, the frame is {total} bytes; copying stopped before it"
+        )
+    done = 0
+    piece = head
+    try:
+        while True:
+            dest.write(piece)
+            done += len(piece)
+            if done >= total:
+                break
+            if stop is not None and stop.is_set():
+                dest.cut(start)
+                return False
+            piece = source.read(journal, seg.name, start + done, min(chunk, total - done))
+            if not piece:
+                raise CopyError(
+                    f"{where}: {source.describe(journal, seg.name)} shrank under the copy at byte {start + done}"
+                )
+        if dest.read_tail(4) != I32.pack(total):  # what was read, not only what was checked first
+            raise CopyError(f"{where}: {source.describe(journal, seg.name)} changed under the copy at byte {start}")
+    except BaseException:
+        dest.cut(start)
+        raise
+    if on_bytes is not None:
+        on_bytes(total)
+    return True
 
 
 class JournalOutcome(NamedTuple):

@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from ..errors import CorruptionError, CorruptionWarning, DataLossError
 from ..message import HEADER, I32, NO_TIMESTAMP, OVERHEAD, Problem, check_frame
-from ..segment import _frame_total
+from ..segment import MAX_READ, frame_total
 from .plan import SegmentPart
 
 ARROW_SCHEMA = pa.schema(
@@ -259,7 +259,7 @@ def read_part(p: SegmentPart) -> Iterator[pa.RecordBatch]:
             size = min(want, p.end - base)
             if len(data) < size:
                 data = bytearray(size)
-            got = os.preadv(fd, [memoryview(data)[:size]], base)
+            got = _preadv_full(fd, memoryview(data)[:size], base)
             if not got:
                 break
             cols, used, problem, probe = decode_columns(data, 0, got, expect, probe)
@@ -280,9 +280,20 @@ def read_part(p: SegmentPart) -> Iterator[pa.RecordBatch]:
                     if base + got >= p.end:
                         break  # an unfinished last message: not there yet
                     head = bytes(data[: min(got, 256)])  # the frame's header
-                    want = max(READ_CHUNK, _frame_total(head, 0, len(head)) or 2 * got)
+                    want = max(READ_CHUNK, frame_total(head, 0, len(head)) or 2 * got)
         if expect < p.upto:  # e.g. a size field grown past the range: not an unfinished message here
             raise CorruptionError(p.path, base, f"the frames end at offset {expect}, before offset {p.upto}")
+
+
+def _preadv_full(fd: int, view: memoryview, pos: int) -> int:
+    """Fill `view` from the file at `pos` (one preadv returns at most MAX_READ bytes); bytes read."""
+    got = 0
+    while got < len(view):
+        n = os.preadv(fd, [view[got : got + MAX_READ]], pos + got)
+        if not n:
+            break
+        got += n
+    return got
 
 
 def _batch(p: SegmentPart, cols: Columns, lo: int, hi: int) -> pa.RecordBatch:
