@@ -445,8 +445,8 @@ class Writer:
     def _spill(self) -> None:
         """Write the buffer to the OS. Holds self._lock."""
         fill = self._fill
-        if self._lost is not None or fill and _monotonic() - self._lock_checked >= LOCK_CHECK_INTERVAL:
-            self._check_lock()
+        if self._lost is not None:
+            self._check_lock()  # raises: not even the index is written any more
         if fill:
             buf = self._buf
             assert buf is not None
@@ -463,6 +463,8 @@ class Writer:
 
     def _write(self, data: bytes | bytearray | memoryview) -> None:
         """Write all of `data` to the segment, counting what was written even on error."""
+        if self._lost is not None or _monotonic() - self._lock_checked >= LOCK_CHECK_INTERVAL:
+            self._check_lock()
         with memoryview(data) as view:
             done = 0
             try:
