@@ -43,11 +43,11 @@ from sej.cmd.command import OneLineCommand, error_line, translate
 from sej.cmd.errors import OK, PROBLEMS, Failure, usage
 from sej.cmd.main import quiet_library_logs
 from sej.cmd.target import journals_at
-from sej.cmd.timeparse import NS, TimeError, parse_time
 from sej.errors import LockedError, SejError
 from sej.layout import check_reader_name
 from sej.lock import unlock_file
 from sej.retention import Deletion, RetentionResult, apply_retention, lock_retention, plan_retention
+from sej.timestamps import NS, TimeError, parse_time
 
 PROG = "retention"
 

@@ -25,9 +25,9 @@ from click.testing import CliRunner, Result
 import sej
 from sej.cmd import progress as progress_mod
 from sej.cmd.main import cli
-from sej.cmd.timeparse import TimeError, format_time, parse_time
 from sej.layout import index_path, segment_path
 from sej.shard import format_shard
+from sej.timestamps import TimeError, format_time, parse_time
 
 from .conftest import popen_python, run_with_stderr_on_a_terminal
 

@@ -19,12 +19,12 @@ from ..recovery import fsync_dir, recover_tail
 from ..retention import lock_retention
 from ..scanner import Scanner
 from ..shard import Journal
+from ..timestamps import format_time
 from .check import Problem, Report, total_bytes, verify_journal
 from .errors import Failure
 from .output import human_bytes, pairs, table
 from .progress import progress
 from .target import journals_at, readers, writer_running
-from .timeparse import format_time
 
 # -- stat ----------------------------------------------------------------------
 

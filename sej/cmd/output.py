@@ -28,7 +28,7 @@ import click
 import msgpack
 
 from ..message import Message
-from .timeparse import format_time
+from ..timestamps import format_time
 
 FORMATS = ("json", "msgpack", "raw", "hex")
 

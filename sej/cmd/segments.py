@@ -19,10 +19,10 @@ import click
 from ..errors import CorruptionError
 from ..message import HEADER, I32, OVERHEAD, Message, decode_batch
 from ..segment import pread_full, read_messages
+from ..timestamps import format_time
 from .errors import usage
 from .output import FORMATS, MessageWriter, human_bytes, pairs
 from .target import segment_file
-from .timeparse import format_time
 
 
 def expected_first(fd: int, path: str, named: int | None) -> int | None:

@@ -78,7 +78,7 @@ def _time_option(options: dict[str, str], name: str) -> int | None:
     raw = options.get(name)
     if raw is None:
         return None
-    from ..cmd.timeparse import parse_time
+    from ..timestamps import parse_time
 
     try:
         return parse_time(raw)
