@@ -19,12 +19,12 @@ import struct
 from bisect import bisect_left, bisect_right
 from typing import NamedTuple
 
-from .message import NO_TIMESTAMP
+from .frames import INDEX_INTERVAL, NO_TIMESTAMP
 
 MAGIC = b"SEJIDX01"
 FILE_HEADER = struct.Struct(">8sQ")
 ENTRY = struct.Struct(">QQq")
-INTERVAL = 4096
+INTERVAL = INDEX_INTERVAL
 """Bytes of segment between two index entries (at least)."""
 
 

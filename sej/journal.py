@@ -6,8 +6,8 @@ import os
 
 from . import layout
 from .errors import CorruptionError, InvalidArgumentError
+from .frames import I32, OVERHEAD, Message, decode_batch
 from .layout import Segment, index_path, journal_path, list_segments
-from .message import I32, OVERHEAD, Message, decode_batch
 from .segment import pread_full, read_messages, seek_entry, tail
 
 

@@ -7,10 +7,10 @@ import struct
 from typing import IO, Literal
 
 from .errors import ClosedError, CorruptionError, InvalidArgumentError
+from .frames import MAX_OFFSET
 from .journal import first_offset, next_offset
 from .layout import check_reader_name, journal_path, offset_dir, reader_lock_path, reader_offset_path
 from .lock import lock_file, unlock_file
-from .message import MAX_OFFSET
 from .recovery import fsync_dir
 
 U64 = struct.Struct(">Q")

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import IO, NamedTuple
 
 from .errors import CorruptionError, InvalidArgumentError
+from .frames import NO_TIMESTAMP
 from .layout import (
     Segment,
     check_reader_name,
@@ -44,7 +45,6 @@ from .layout import (
     segment_dir,
 )
 from .lock import lock_file
-from .message import NO_TIMESTAMP
 from .offset import read_offset_file
 from .recovery import fsync_dir
 from .segment import tail

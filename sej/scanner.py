@@ -10,9 +10,9 @@ from operator import length_hint
 from typing import Literal
 
 from .errors import ClosedError, CorruptionError, InvalidArgumentError, OffsetOutOfRangeError, TruncatedError
+from .frames import MAX_OFFSET, Message
 from .journal import next_offset, offset_at_time
 from .layout import Segment, find_segment, index_path, journal_path, list_segments, segment_dir, segment_path
-from .message import MAX_OFFSET, Message
 from .segment import read_messages, seek_entry
 from .timestamps import to_ns
 from .watch import Subscription, Wakeup

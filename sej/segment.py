@@ -11,10 +11,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from . import index as idx
-from .index import Entry, SparseIndex
-from .layout import Segment
-from .message import (
-    CHECK_FORMAT,
+from .frames import (
     HEADER,
     HEADER_SIZE,
     I32,
@@ -25,8 +22,11 @@ from .message import (
     Problem,
     check_frame,
     decode_batch,
-    sized_struct,
+    frame_total,
+    walk_frames,
 )
+from .index import Entry, SparseIndex
+from .layout import Segment
 
 CHUNK = 1 << 20
 
@@ -70,80 +70,6 @@ class Resume(NamedTuple):
     position: int  # where the frame after the damaged one starts
     next_offset: int  # one past the last frame's offset
     max_ts: int  # largest timestamp of these frames
-
-
-class Frames(NamedTuple):
-    """How far whole, valid frames reach in a buffer (see walk_frames)."""
-
-    used: int  # bytes of whole, valid frames from the start position
-    next_offset: int
-    max_ts: int
-    next_entry: int  # segment position at or after which the next index entry is due
-    problem: Problem | None  # what stopped the walk before the end of the buffer
-
-
-def walk_frames(
-    data: bytes | bytearray | memoryview,
-    p: int,
-    n: int,
-    base: int,
-    offset: int,
-    max_ts: int,
-    next_entry: int,
-    index: SparseIndex | None,
-) -> Frames:
-    """Validate the frames of data[p:n], which sit at segment position `base + p` (pure: no I/O).
-
-    Each frame must carry the next offset, sane sizes and a matching trailing size.
-    Index entries (position >= next_entry) are added to `index` on the way.
-    """
-    unpack_head = HEADER.unpack_from
-    unpack_i32 = I32.unpack_from
-    start = p
-    # Frames with the same sizes as the one before are checked by one cached struct call that
-    # skips the key and value bytes (`same`); any other frame takes the general path.
-    same = None
-    same_ks = same_vs = same_total = -1
-    last_sizes = -1
-    while n - p >= OVERHEAD:
-        if same is not None:
-            if n - p >= same_total:
-                off, ts, ks, vs, size = same(data, p)
-                if off == offset and ks == same_ks and vs == same_vs and size == same_total:
-                    if ts > max_ts:
-                        max_ts = ts
-                    if base + p >= next_entry:
-                        index.add(offset, base + p, max_ts)  # type: ignore[union-attr]
-                        next_entry = base + p + idx.INTERVAL
-                    offset += 1
-                    p += same_total
-                    continue
-            same = None
-        off, ts, _typ, ks = unpack_head(data, p)
-        if off != offset or ks < 0:
-            break
-        vpos = p + 18 + ks
-        if vpos + 4 > n:
-            break
-        (vs,) = unpack_i32(data, vpos)
-        nxt = vpos + 8 + vs
-        if vs < 0 or nxt > n or unpack_i32(data, nxt - 4)[0] != nxt - p:
-            break
-        if ts > max_ts:
-            max_ts = ts
-        if base + p >= next_entry:
-            index.add(offset, base + p, max_ts)  # type: ignore[union-attr]
-            next_entry = base + p + idx.INTERVAL
-        offset += 1
-        p = nxt
-        sizes = ks << 32 | vs
-        if sizes == last_sizes:
-            same = sized_struct(CHECK_FORMAT, ks, vs).unpack_from
-            same_ks, same_vs, same_total = ks, vs, OVERHEAD + ks + vs
-        last_sizes = sizes
-    problem = None if p == n else check_frame(data, p, n, offset)
-    assert not isinstance(problem, int), "walk_frames stopped at a valid frame"
-    return Frames(p - start, offset, max_ts, next_entry, problem)
 
 
 def next_entry_after(index: SparseIndex | None) -> int:
@@ -249,17 +175,6 @@ def _damaged(fd: int, problem: Problem, offset: int, size: int) -> Problem:
     """`problem` (an incomplete frame at its position), unless whole frames follow it: then damage."""
     resume = chain_back(lambda p, n: pread_full(fd, n, p), problem.position, size, offset)
     return problem if resume is None else _as_damage(problem, offset, resume)
-
-
-def frame_total(data: bytes | bytearray | memoryview, p: int, n: int) -> int | None:
-    """The full size of the frame starting at data[p], if its header is there."""
-    if n - p < HEADER_SIZE:
-        return None
-    ks = data[p + HEADER_SIZE - 1]
-    if ks > MAX_KEY or p + HEADER_SIZE + ks + 4 > n:
-        return None
-    vs: int = I32.unpack_from(data, p + 18 + ks)[0]
-    return OVERHEAD + ks + vs
 
 
 def chain_back(read: Callable[[int, int], bytes], lo: int, size: int, offset: int) -> Resume | None:

@@ -26,6 +26,7 @@ from typing import Literal
 
 from . import index as idx
 from .errors import ClosedError, CorruptionError, InvalidArgumentError, LockLostError
+from .frames import FRAME_FORMAT, HEADER, MAX_OFFSET, NO_TIMESTAMP, OVERHEAD, sized_struct
 from .layout import (
     index_dir,
     index_path,
@@ -36,7 +37,7 @@ from .layout import (
     writer_lock_path,
 )
 from .lock import lock_file, unlock_file
-from .message import FRAME_FORMAT, HEADER, MAX_OFFSET, NO_TIMESTAMP, check_fields, sized_struct
+from .message import check_fields
 from .recovery import fsync_dir, recover_tail
 
 Durability = Literal["buffered", "flush", "sync"]
@@ -234,7 +235,7 @@ class Writer:
                     st = self._last_struct
                 else:
                     st = self._struct_for(key, value, klen, vlen)
-                n = klen + vlen + 26
+                n = klen + vlen + OVERHEAD
                 st.pack_into(buf, fill, off, timestamp, type, klen, key, vlen, value, n)
             except (struct.error, TypeError, OverflowError) as e:
                 n = self._place_frame(off, timestamp, type, key, value, e)  # full buffer, or bad input
@@ -278,7 +279,7 @@ class Writer:
             st = self._struct_for(key, value, klen, vlen)
         except (struct.error, TypeError, OverflowError):
             raise _bad_input(off, ts, typ, key, value, exc) from None
-        n = klen + vlen + 26
+        n = klen + vlen + OVERHEAD
         buf = self._buf
         assert buf is not None
         if self._fill + n <= len(buf):  # it fitted: the fields themselves are bad
@@ -383,7 +384,7 @@ class Writer:
                 if sizes != cached:
                     st = sized_struct(FRAME_FORMAT, klen, vlen)
                     cached = sizes
-                size = klen + vlen + 26
+                size = klen + vlen + OVERHEAD
                 add(st.pack(off, ts, typ, klen, key, vlen, value, size))  # type: ignore[union-attr]
                 if pos >= index_next:
                     index.add(off, pos, max_ts)

@@ -13,9 +13,9 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..frames import HEADER, NO_TIMESTAMP
 from ..index import Entry
 from ..layout import Segment, list_segments
-from ..message import HEADER, NO_TIMESTAMP
 from ..segment import walk
 from ..shard import Journal
 

@@ -20,8 +20,8 @@ from typing import Any
 import click
 
 from ..errors import OffsetOutOfRangeError
+from ..frames import NO_TIMESTAMP, Message
 from ..journal import first_offset, last_messages, next_offset, offset_at_time
-from ..message import NO_TIMESTAMP, Message
 from ..scanner import Scanner
 from ..shard import Journal
 from .errors import usage

@@ -27,7 +27,7 @@ from typing import IO, Any
 import click
 import msgpack
 
-from ..message import Message
+from ..frames import Message
 from ..timestamps import format_time
 
 FORMATS = ("json", "msgpack", "raw", "hex")

@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from ..errors import CorruptionError
-from ..message import HEADER, I32, OVERHEAD, Message, decode_batch
+from ..frames import HEADER, I32, OVERHEAD, Message, decode_batch
 from ..segment import pread_full, read_messages
 from ..timestamps import format_time
 from .errors import usage

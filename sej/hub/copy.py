@@ -19,11 +19,11 @@ from typing import NamedTuple
 
 from .. import index as idx
 from ..errors import SejError
+from ..frames import HEADER, I32, NO_TIMESTAMP, frame_total, walk_frames
 from ..layout import index_path, list_segments, segment_dir, segment_path, writer_lock_path
 from ..lock import lock_file, unlock_file
-from ..message import HEADER, I32, NO_TIMESTAMP
 from ..recovery import fsync_dir, recover_tail
-from ..segment import chain_back, frame_total, next_entry_after, walk_frames
+from ..segment import chain_back, next_entry_after
 from .names import destination_name
 from .source import Source, SourceSegment
 

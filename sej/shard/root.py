@@ -8,8 +8,8 @@ from collections.abc import Iterator
 from typing import NamedTuple
 
 from ..errors import InvalidArgumentError
+from ..frames import Message
 from ..layout import journal_path, segment_dir
-from ..message import Message
 from ..scanner import Scanner
 from ..watch import Subscription, Wakeup
 from .name import ShardName, check_prefix, parse_shard

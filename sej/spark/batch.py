@@ -42,9 +42,9 @@ from pyspark.sql.types import (
 )
 
 from ..errors import InvalidArgumentError
+from ..frames import MAX_OFFSET
 from ..journal import next_offset, offset_at_time
 from ..layout import list_segments
-from ..message import MAX_OFFSET
 from .plan import MAX_BYTES_PER_PARTITION, SegmentPart, find_sources, plan_range
 from .read import read_part
 

@@ -20,8 +20,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import CorruptionError, CorruptionWarning, DataLossError
-from ..message import HEADER, I32, NO_TIMESTAMP, OVERHEAD, Problem, check_frame
-from ..segment import MAX_READ, frame_total
+from ..frames import (
+    HEADER_SIZE,
+    I32,
+    NO_TIMESTAMP,
+    OVERHEAD,
+    SIZE_FIELD,
+    Problem,
+    check_frame,
+    frame_at,
+    frame_total,
+)
+from ..segment import MAX_READ
 from .plan import SegmentPart
 
 ARROW_SCHEMA = pa.schema(
@@ -48,6 +58,8 @@ FIRST_PROBE = 64
 MAX_PROBE = 1 << 20
 """The most frames one stride check covers."""
 
+KEY_SIZE_AT = HEADER_SIZE - 1  # the key_size byte
+VALUE_AT = HEADER_SIZE + SIZE_FIELD  # the value, after a key of size 0
 _I64_MAX = 2**63 - 1
 _I64 = pa.int64()
 _BIN = pa.binary()
@@ -74,8 +86,6 @@ def decode_columns(
     covers (above FIRST_PROBE, after a long run, the buffer's first frame starts one).
     """
     buf = pa.py_buffer(data)
-    unpack_head = HEADER.unpack_from
-    unpack_i32 = I32.unpack_from
     pieces: list[Columns] = []
     offs: list[int] = []
     tss: list[int] = []
@@ -84,18 +94,12 @@ def decode_columns(
     vals: list[bytes | bytearray] = []
     last_sizes = -1
     while True:
-        if end - pos < OVERHEAD:
+        f = frame_at(data, pos, end, expect)
+        if f is None:
             break
-        off, ts, typ, ks = unpack_head(data, pos)
-        if off != expect or ks < 0:
-            break
-        vpos = pos + 18 + ks
-        if vpos + 4 > end:
-            break
-        (vs,) = unpack_i32(data, vpos)
+        off, ts, typ, ks, vs = f
+        vpos = pos + HEADER_SIZE + ks
         nxt = vpos + 8 + vs
-        if vs < 0 or nxt > end or unpack_i32(data, nxt - 4)[0] != nxt - pos:
-            break
         sizes = ks << 32 | vs
         if sizes == last_sizes or probe > FIRST_PROBE:
             # The frame at pos is valid, with the sizes of the one before or after a long run: check a stretch
@@ -115,7 +119,7 @@ def decode_columns(
         offs.append(off)
         tss.append(ts)
         typs.append(typ)
-        keys.append(data[pos + 18 : vpos])
+        keys.append(data[pos + HEADER_SIZE : vpos])
         vals.append(data[vpos + 4 : nxt - 4])
         pos = nxt
         expect += 1
@@ -151,9 +155,9 @@ def _looks_like_run(data: bytes | bytearray, pos: int, total: int, ks: int) -> b
     """Whether the MIN_RUN frames at stride `total` from `pos` agree on the key size and on the low bytes of
     the value size and size fields: a cheap filter before _run checks a stretch fully."""
     stop = pos + MIN_RUN * total
-    vs_low, size_low = pos + 21 + ks, pos + total - 1
+    vs_low, size_low = pos + VALUE_AT - 1 + ks, pos + total - 1
     return (
-        data[pos + 17 : stop : total] == bytes((ks,)) * MIN_RUN
+        data[pos + KEY_SIZE_AT : stop : total] == bytes((ks,)) * MIN_RUN
         and data[vs_low:stop:total] == data[vs_low : vs_low + 1] * MIN_RUN
         and data[size_low:stop:total] == data[size_low : size_low + 1] * MIN_RUN
     )
@@ -162,16 +166,16 @@ def _looks_like_run(data: bytes | bytearray, pos: int, total: int, ks: int) -> b
 def _run(
     data: bytes | bytearray, buf: pa.Buffer, pos: int, m: int, ks: int, vs: int, expect: int
 ) -> tuple[int, Columns]:
-    """How many of the m frames at stride 26 + ks + vs from `pos` are valid (the first is), and their columns."""
+    """How many of the m frames at stride OVERHEAD + ks + vs from `pos` are valid (the first is), and their columns."""
     total = OVERHEAD + ks + vs
     stop = pos + m * total
     frames = pa.Array.from_buffers(pa.binary(total), m, [None, buf.slice(pos, m * total)])
     k = m
-    key_sizes = data[pos + 17 : stop : total]
+    key_sizes = data[pos + KEY_SIZE_AT : stop : total]
     one = bytes((ks,))
     if key_sizes != one * m:
         k = min(k, m - len(key_sizes.lstrip(one)))
-    for start, want in ((18 + ks, vs), (total - 4, total)):
+    for start, want in ((HEADER_SIZE + ks, vs), (total - SIZE_FIELD, total)):
         field = _field(frames, start, 4)
         pattern = I32.pack(want) * m
         if field != pattern:
@@ -188,8 +192,8 @@ def _run(
         offsets,
         _be64(frames, 8),
         types.cast(pa.int32()),
-        pc.binary_slice(frames, 18, 18 + ks).cast(_BIN),
-        pc.binary_slice(frames, 22 + ks, 22 + ks + vs).cast(_BIN),
+        pc.binary_slice(frames, HEADER_SIZE, HEADER_SIZE + ks).cast(_BIN),
+        pc.binary_slice(frames, VALUE_AT + ks, VALUE_AT + ks + vs).cast(_BIN),
     )
 
 
