@@ -257,7 +257,7 @@ def test_sync_mode_group_commit_from_many_threads(jdir: str) -> None:
             t.start()
         for t in threads:
             t.join(60)
-        assert w._durable == w._written, "every acknowledged byte was fsynced"
+        assert w._commit.durable == w._written, "every acknowledged byte was fsynced"
     assert not errors
     msgs = read_all(jdir)
     assert [m.offset for m in msgs] == list(range(n_threads * per_thread))

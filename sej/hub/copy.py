@@ -18,11 +18,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 from .. import index as idx
+from ..appender import SegmentAppender
 from ..errors import SejError
 from ..frames import HEADER, I32, NO_TIMESTAMP, frame_total, walk_frames
-from ..layout import index_path, list_segments, segment_dir, segment_path, writer_lock_path
+from ..layout import list_segments, segment_name, writer_lock_path
 from ..lock import lock_file, unlock_file
-from ..recovery import fsync_dir, recover_tail
 from ..segment import chain_back, next_entry_after
 from .names import destination_name
 from .source import Source, SourceSegment
@@ -56,76 +56,79 @@ class _Destination:
 
     def __init__(self, dir: str) -> None:
         self.dir = dir
-        os.makedirs(segment_dir(dir), exist_ok=True)
-        os.makedirs(os.path.join(dir, "idx"), exist_ok=True)
+        os.makedirs(dir, exist_ok=True)
         self.lock = lock_file(writer_lock_path(dir))
-        self.fd = -1
-        self.name = ""
-        self.size = 0
+        self.seg: SegmentAppender | None = None
         self.next: int | None = None
         self.max_ts = NO_TIMESTAMP
-        self.index: idx.Appender | None = None
         self.unsynced = 0  # bytes written since the last fsync
         try:
-            segments = list_segments(dir)
-            if segments:
-                last = segments[-1]
-                tail = recover_tail(dir, last)  # a torn tail from an interrupted copy is cut aside
-                self._open(last.first_offset, tail.walk.end, tail.walk.max_ts)
-                self.next = tail.walk.next_offset
-                self.index = idx.Appender(index_path(dir, last.first_offset), tail.sparse_index, tail.index_on_disk)
+            if list_segments(dir):
+                self.seg = SegmentAppender(dir)  # a torn tail from an interrupted copy is cut aside
+                self.next, self.max_ts = self.seg.next_offset, self.seg.max_ts
         except BaseException:
             self.close()
             raise
 
-    def _open(self, first: int, size: int, max_ts: int) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-        path = segment_path(self.dir, first)
-        self.fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
-        self.name = os.path.basename(path)
-        self.size = size
-        self.max_ts = max_ts
+    @property
+    def name(self) -> str:
+        return segment_name(self.seg.first) if self.seg is not None else ""
+
+    @property
+    def size(self) -> int:
+        return self.seg.size if self.seg is not None else 0
+
+    @property
+    def index(self) -> idx.Appender | None:
+        return self.seg.index if self.seg is not None else None
 
     def start_segment(self, first: int) -> None:
         """Begin the segment named `first` (the source's next segment)."""
         self.sync()
-        self._open(first, 0, NO_TIMESTAMP)
-        fsync_dir(segment_dir(self.dir))
+        if self.seg is None:
+            self.seg = SegmentAppender(self.dir, start_offset=first)
+        else:
+            previous = self.seg.start(first)
+            if previous is not None:
+                previous.close()
         self.next = first
-        self.index = idx.Appender(index_path(self.dir, first), idx.SparseIndex(first), False)
+        self.max_ts = NO_TIMESTAMP
 
     def read_tail(self, size: int) -> bytes:
         """The last `size` bytes of the current segment."""
         start = max(0, self.size - size)
-        return os.pread(self.fd, self.size - start, start) if self.fd >= 0 else b""
+        return os.pread(self.seg.fd, self.size - start, start) if self.seg is not None else b""
 
     def write(self, data: bytes | memoryview) -> None:
-        view = memoryview(data)
-        done = 0
-        while done < len(view):
-            done += os.write(self.fd, view[done:])
-        self.size += done
-        self.unsynced += done
+        assert self.seg is not None
+        before = self.seg.size
+        try:
+            self.seg.write(data)
+        finally:
+            self.unsynced += self.seg.size - before
 
     def cut(self, size: int) -> None:
         """Drop the bytes of the current segment from `size` on (a frame copied only in part)."""
-        os.ftruncate(self.fd, size)
-        self.unsynced += self.size - size
-        self.size = size
+        assert self.seg is not None
+        os.ftruncate(self.seg.fd, size)
+        self.unsynced += self.seg.size - size
+        self.seg.size = size
 
     def sync(self) -> None:
-        if self.fd >= 0 and self.unsynced:
-            os.fsync(self.fd)
+        if self.seg is None:
+            return
+        if self.unsynced:
+            self.seg.sync()
             self.unsynced = 0
-        if self.index is not None:
-            self.index.flush()
+        else:
+            self.seg.index.flush()
 
     def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-        unlock_file(self.lock)
+        try:
+            if self.seg is not None:
+                self.seg.close()
+        finally:
+            unlock_file(self.lock)
 
 
 def copy_journal(
