@@ -16,6 +16,7 @@ from .errors import (
     OffsetOutOfRangeError,
     SejError,
     TruncatedError,
+    UnsafeFileError,
 )
 from .journal import first_offset, last_messages, next_offset, offset_at_time
 from .layout import Segment, list_readers, list_segments
@@ -45,6 +46,7 @@ __all__ = [
     "Segment",
     "SejError",
     "TruncatedError",
+    "UnsafeFileError",
     "Writer",
     "decode",
     "encode",

@@ -264,3 +264,44 @@ def test_a_stalled_producer_fails_the_call_within_the_io_timeout_instead_of_hang
             except ProcessLookupError:
                 pass
         client.close()
+
+
+@pytest.mark.parametrize("state", ["segment-symlink", "ofs-symlink", "hub-ofs-fifo", "hub-ofs-symlink"])
+def test_over_sftp_symlinks_and_fifos_in_the_producer_tree_are_refused(sshd, tmp_path, state: str) -> None:
+    """Over SFTP too (lstat, and O_EXCL for the offset's temp file): nothing in a producer's tree is
+    followed, and a FIFO is never opened (the sftp-server would block in open() until the I/O timeout)."""
+    src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
+    produce(src, 400)
+    victim_dir = tmp_path / "victim"
+    with sej.Writer(str(victim_dir), segment_size=300) as w:
+        w.append_many([b"not the producer's %d" % i for i in range(50)])
+    os.makedirs(victim_dir / "ofs")
+    bad_journal = os.path.join(src, "p.2.001")
+    if state in ("hub-ofs-fifo", "hub-ofs-symlink"):
+        assert all(o.error is None for o in copy_over_ssh(sshd, src, hub))
+        produce(src, 1, seed=9)  # p.2.00x gets one message: the other journals have nothing new
+        bad = os.path.join(bad_journal, "ofs", "hub.ofs")
+        os.remove(bad)
+        os.mkfifo(bad) if state == "hub-ofs-fifo" else os.symlink(victim_dir / "ofs" / "hub.ofs", bad)
+        expect = f"{bad} is a {'FIFO' if state == 'hub-ofs-fifo' else 'symlink'}, not a regular file"
+    elif state == "ofs-symlink":
+        os.symlink(victim_dir / "ofs", os.path.join(bad_journal, "ofs"))
+        expect = f"{bad_journal}/ofs is a symlink, not a directory"
+    else:
+        first = sej.list_segments(bad_journal)[0].path
+        os.remove(first)
+        os.symlink("/etc/passwd", first)
+        expect = f"{first} is a symlink, not a regular file"
+    t0 = time.monotonic()
+    out = {o.journal: o for o in copy_over_ssh(sshd, src, hub)}
+    assert time.monotonic() - t0 < 30, "nothing waited for the SFTP I/O timeout"
+    assert sorted(os.listdir(victim_dir / "ofs")) == [], "nothing was written through a symlink"
+    if state == "segment-symlink":
+        copied = os.path.join(hub, "c1.p.2.001", "jnl")
+        assert all(os.path.getsize(os.path.join(copied, f)) == 0 for f in os.listdir(copied))
+    err = out["p.2.001"].error
+    assert str(err) == f"test:{expect}: refusing to open it"
+    assert isinstance(err, sej.UnsafeFileError), err
+    assert all(o.error is None for j, o in out.items() if j != "p.2.001"), "the other journals go on"
+    assert not [f for d in os.listdir(src) if os.path.isdir(os.path.join(src, d, "ofs"))
+                for f in os.listdir(os.path.join(src, d, "ofs")) if f.endswith(".tmp")]  # fmt: skip
