@@ -398,6 +398,17 @@ def test_offset_of_a_root_and_a_corrupt_offset_file(root: tuple[str, dict[str, l
     assert "audit.ofs" in one_error_line(r) and "not 8" in r.stderr
 
 
+def test_offset_and_stat_report_a_fifo_reader_instead_of_hanging(jnl: str) -> None:
+    """A FIFO in ofs/ hung every command that reads the readers' offsets in open()."""
+    fifo = os.path.join(jnl, "ofs", "spark.ofs")
+    os.mkfifo(fifo)
+    r = sub("offset", jnl, code=1, timeout=60)
+    assert f"reader spark: {fifo} is a FIFO, not a regular file: refusing to open it" in r.stderr, r.stderr
+    assert "billing" in r.stdout  # the other readers are still listed
+    r = sub("stat", jnl, timeout=60)  # stat lists an unreadable reader as having committed nothing (as before)
+    assert "billing (lag 7), spark (none committed)" in r.stdout
+
+
 def test_reset_dry_run_changes_nothing(jnl: str) -> None:
     r = run("reset", jnl, "--reader", "billing", "--offset", "2")
     lines = r.stdout.splitlines()
