@@ -113,6 +113,9 @@ class LocalSource:
                     jnl = os.stat(os.path.join(e.path, "jnl"), follow_symlinks=False).st_mode
                 except FileNotFoundError:
                     continue
+                except OSError as err:
+                    log.warning("%s: skipping %s: %s", self.root, name, err.strerror or err)
+                    continue
                 if stat.S_ISDIR(jnl):
                     names.append(name)
                 else:
@@ -153,7 +156,10 @@ class LocalSource:
                 for e in it:
                     if parse_segment_name(e.name) is None:
                         continue  # quarantine files, index files, anything else
-                    st = e.stat(follow_symlinks=False)
+                    try:
+                        st = e.stat(follow_symlinks=False)
+                    except FileNotFoundError:
+                        continue  # deleted meanwhile (the producer's retention)
                     if stat.S_ISDIR(st.st_mode):
                         continue  # not a segment (as in sej.layout.list_segments)
                     if not stat.S_ISREG(st.st_mode):
