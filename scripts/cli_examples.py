@@ -185,7 +185,7 @@ def page(s: Session, dir: str) -> str:
         "- `raw`: the value bytes, then a newline.\n"
         "- `hex`: `[journal] offset timestamp type key value`, key and value in hex, `-` when empty or "
         "without a timestamp.\n\n"
-        "Long work (`verify`, `scan`/`count` that decode, `old --delete`) draws a progress bar on stderr "
+        "Long work (`verify`, `scan`/`count`, `old --delete`) draws a progress bar on stderr "
         "only when stderr is a terminal (for `scan`, only when stdout is not), and is quiet when piped.\n\n"
     )
 
@@ -199,7 +199,8 @@ def page(s: Session, dir: str) -> str:
         "not including, the first message at or after `--end`. Messages in between whose own timestamp is "
         "outside [start, end) (out-of-order clocks) are skipped too. With one journal, `--from` outside the "
         "journal is a usage error; with several it is clamped to each journal's range. Several journals are "
-        "merged by timestamp. `count` without time or type filters is arithmetic (next - start offset).\n\n"
+        "merged by timestamp. `count` reads every message it counts, as `scan` does, also without filters: on "
+        "a corrupt frame it fails with the same error as `scan` (exit 1) instead of printing a number.\n\n"
     )
     add(s.run("scan", "events", "--start", "2024-04-05T19:40:00Z", "--end", "2024-04-05T19:43:00Z"))
     add(s.run("scan", "events", "--from", "9", "--format", "hex"))

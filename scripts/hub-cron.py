@@ -33,7 +33,7 @@ from sej.cmd.command import OneLineCommand
 from sej.cmd.errors import INTERRUPTED, OK, Failure
 from sej.errors import LockedError
 from sej.hub.daemon import lock_hub, lock_path
-from sej.hub.main import LEVELS, run_pass, start, stop_on_signals, summarize
+from sej.hub.main import LEVELS, exit_process, run_pass, start, stop_on_signals, summarize
 from sej.lock import unlock_file
 
 log = logging.getLogger("sej.hub")
@@ -89,4 +89,4 @@ def cron(config_path: str, max_time: float, log_level: str | None, debug: bool) 
 
 
 if __name__ == "__main__":
-    cron.main(prog_name="hub-cron")
+    exit_process(cron.main(prog_name="hub-cron", standalone_mode=False))

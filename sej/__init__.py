@@ -17,6 +17,7 @@ from .errors import (
     OffsetOutOfRangeError,
     SejError,
     TruncatedError,
+    UnsafeFileError,
 )
 from .journal import first_offset, last_messages, next_offset, offset_at_time
 from .layout import Segment, list_readers, list_segments
@@ -47,6 +48,7 @@ __all__ = [
     "Segment",
     "SejError",
     "TruncatedError",
+    "UnsafeFileError",
     "Writer",
     "decode",
     "encode",

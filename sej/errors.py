@@ -97,6 +97,22 @@ class OffsetOutOfRangeError(SejError):
         self.next = next
 
 
+class UnsafeFileError(SejError):
+    """A path sej was to open is not what it must be: a symlink, a FIFO, a device, a directory...
+
+    sej never follows a symlink nor opens a non-regular file in a tree it does not
+    trust (a producer's journals, reader offsets): it raises this instead. `path` is
+    the path, `kind` what it is ("symlink", "FIFO", ...), `expected` what it had to be.
+    The message names both, never the file's contents.
+    """
+
+    def __init__(self, path: str, kind: str, expected: str = "a regular file") -> None:
+        super().__init__(f"{path} is a {kind}, not {expected}: refusing to open it")
+        self.path = path
+        self.kind = kind
+        self.expected = expected
+
+
 class CorruptionWarning(UserWarning):
     """Issued when the writer cut a corrupt tail and moved it aside."""
 

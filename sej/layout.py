@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from bisect import bisect_right
 from typing import NamedTuple
 
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, UnsafeFileError
+from .fsutil import kind
 
 SEGMENT_RE = re.compile(r"\A([0-9a-f]{16})\.jnl\Z")
 READER_RE = re.compile(r"\A[A-Za-z0-9_-]+\Z")
@@ -91,15 +93,29 @@ def reader_lock_path(dir: str, name: str) -> str:
 
 
 def list_segments(dir: str | os.PathLike[str]) -> list[Segment]:
-    """The segments of a journal, oldest first (empty if there are none yet)."""
+    """The segments of a journal, oldest first (empty if there are none yet).
+
+    A directory with a segment's name is not a segment and is ignored; any other
+    non-regular file with a segment's name (a symlink, a FIFO, a device) raises
+    UnsafeFileError naming it: a segment is never read through a symlink.
+    """
     jdir = segment_dir(journal_path(dir))
     found = []
     try:
         with os.scandir(jdir) as entries:
             for entry in entries:
                 first = parse_segment_name(entry.name)
-                if first is not None and entry.is_file():
-                    found.append(Segment(first, entry.path))
+                if first is None:
+                    continue
+                if not entry.is_file(follow_symlinks=False):
+                    try:
+                        mode = entry.stat(follow_symlinks=False).st_mode
+                    except FileNotFoundError:
+                        continue  # removed meanwhile (retention)
+                    if stat.S_ISDIR(mode):
+                        continue
+                    raise UnsafeFileError(entry.path, kind(mode))
+                found.append(Segment(first, entry.path))
     except FileNotFoundError:
         return []
     except NotADirectoryError:

@@ -156,7 +156,7 @@ def plan_retention(
     readers = _read_readers(path, required)
     floor, blocked = _floor(readers)
     segs = list_segments(path)
-    sizes = [os.stat(s.path).st_size for s in segs]
+    sizes = [os.lstat(s.path).st_size for s in segs]  # regular files (list_segments refuses others)
     total = sum(sizes)
     journal_end = _segment_end(path, segs[-1]) if segs else 0
     ends = [s.first_offset for s in segs[1:]] + [journal_end]

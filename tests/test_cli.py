@@ -254,12 +254,23 @@ def test_scan_msgpack_reports_each_bad_value_keeps_going_and_exits_1(jnl: str) -
     assert errors[0].startswith("sej: error: offset 8: value is not msgpack (")
 
 
-def test_count_without_filters_does_not_decode(jnl: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    def boom(*a: object, **k: object) -> None:
-        raise AssertionError("count without filters must not scan")
-
-    monkeypatch.setattr("sej.cmd.messages.Scanner", boom)
-    assert run("count", jnl).stdout == "12\n"
+@pytest.mark.parametrize("where", ["first-segment", "last-segment"])
+def test_count_fails_where_scan_fails_on_a_corrupt_frame(jnl: str, where: str) -> None:
+    """`sej count` printed next - first and exited 0 on a journal with a corrupt frame, which `sej scan`
+    reports at that offset: the commands must agree on what a corrupt journal is."""
+    written = [s.path for s in segments(jnl) if os.path.getsize(s.path)]
+    assert len(written) > 1
+    seg = written[0 if where == "first-segment" else -1]
+    data = bytearray(Path(seg).read_bytes())
+    data[0] ^= 0x40  # the first frame's offset: out of sequence, not a torn tail
+    Path(seg).write_bytes(bytes(data))
+    scan = sub("scan", jnl, code=1)
+    error = one_error_line(scan)
+    assert seg in error and "offset out of sequence" in error
+    for args in (["count"], ["scan", "--count"], ["count", "--from", "0"]):
+        r = sub(*args[:1], jnl, *args[1:], code=1)
+        assert r.stdout == "" and one_error_line(r) == error, (args, r.stdout, r.stderr)
+    assert sub("count", jnl, "--type", "0", code=1).stderr.strip() == error
 
 
 def test_scan_and_count_a_sharded_root(root: tuple[str, dict[str, list[int]]]) -> None:
@@ -385,6 +396,17 @@ def test_offset_of_a_root_and_a_corrupt_offset_file(root: tuple[str, dict[str, l
     Path(path, names[0], "ofs", "audit.ofs").write_bytes(b"\x01\x02\x03")
     r = run("offset", path, code=1)
     assert "audit.ofs" in one_error_line(r) and "not 8" in r.stderr
+
+
+def test_offset_and_stat_report_a_fifo_reader_instead_of_hanging(jnl: str) -> None:
+    """A FIFO in ofs/ hung every command that reads the readers' offsets in open()."""
+    fifo = os.path.join(jnl, "ofs", "spark.ofs")
+    os.mkfifo(fifo)
+    r = sub("offset", jnl, code=1, timeout=60)
+    assert f"reader spark: {fifo} is a FIFO, not a regular file: refusing to open it" in r.stderr, r.stderr
+    assert "billing" in r.stdout  # the other readers are still listed
+    r = sub("stat", jnl, timeout=60)  # stat lists an unreadable reader as having committed nothing (as before)
+    assert "billing (lag 7), spark (none committed)" in r.stdout
 
 
 def test_reset_dry_run_changes_nothing(jnl: str) -> None:

@@ -132,5 +132,6 @@ def test_close_fsyncs_and_offset_commit_is_atomic(tmp_path) -> None:
     assert on(s["close"], r"/jnl/0000000000000008\.jnl$") == ["write", "fdatasync"]
     commit = [(n, p) for n, p in s["commit"] if n != "openat"]
     assert [n for n, _ in commit] == ["write", "fsync", "rename", "fsync"]
-    assert re.search(r"/ofs/reader\.ofs\.\d+\.tmp$", commit[0][1]) and commit[1][1] == commit[0][1]
+    # The temp file's name is unpredictable (16 random hex digits): it cannot be planted in advance.
+    assert re.search(r"/ofs/reader\.ofs\.[0-9a-f]{16}\.tmp$", commit[0][1]) and commit[1][1] == commit[0][1]
     assert commit[2][1].endswith("/ofs/reader.ofs") and commit[3][1].endswith("/ofs")

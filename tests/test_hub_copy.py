@@ -300,23 +300,31 @@ def test_the_source_offset_is_committed_only_after_the_fsync_of_the_copy(tmp_pat
     )
     env = dict(os.environ, PYTHONPATH=str(REPO))
     subprocess.run(
-        ["strace", "-f", "-qq", "-o", str(log), "-e", "trace=openat,write,fsync,fdatasync,rename",
+        ["strace", "-f", "-qq", "-o", str(log), "-e", "trace=openat,write,fsync,fdatasync,rename,renameat,renameat2",
          sys.executable, "-c", code, src, hub],
         check=True, env=env, capture_output=True, timeout=60,
     )  # fmt: skip
     paths: dict[int, str] = {}
     events: list[tuple[str, str]] = []
+
+    def at(dir_fd: str, name: str) -> str:  # a path relative to AT_FDCWD or to a directory descriptor
+        return name if dir_fd == "AT_FDCWD" or name.startswith("/") else f"{paths.get(int(dir_fd), '?')}/{name}"
+
     for line in log.read_text().splitlines():
         m = re.match(r"^\d+\s+(\w+)\((.*)\)\s+=\s+(-?\d+)", line)
         if not m:
             continue
         name, args, ret = m.group(1), m.group(2), int(m.group(3))
         if name == "openat":
-            o = re.match(r'AT_FDCWD, "([^"]*)"', args)
+            o = re.match(r'(AT_FDCWD|\d+), "([^"]*)"', args)
             if o and ret >= 0:
-                paths[ret] = o.group(1)
+                paths[ret] = at(o.group(1), o.group(2))
         elif name == "rename":
             events.append(("rename", args.split('", "')[1].rstrip('"')))
+        elif name in ("renameat", "renameat2"):  # the source's offset is written relative to its ofs/ descriptor
+            r = re.match(r'(AT_FDCWD|\d+), "[^"]*", (AT_FDCWD|\d+), "([^"]*)"', args)
+            assert r, line
+            events.append(("rename", at(r.group(2), r.group(3))))
         else:
             events.append((name, paths.get(int(args.split(",")[0]), "?")))
     copy_writes = [i for i, (n, p) in enumerate(events) if n == "write" and "/hub/c1.p.2.000/jnl/" in p]
@@ -362,3 +370,126 @@ def test_sej_copy_shows_progress_on_a_terminal_and_is_quiet_when_piped(tmp_path)
                            capture_output=True, text=True, env=env, timeout=60)  # fmt: skip
     assert piped.returncode == 0 and piped.stderr == ""
     assert_identical(src, hub, client="local")
+
+
+# -- a producer's tree is not trusted: no symlink is followed, no FIFO opened (issue 10, items 5 and 6) -------
+
+
+def sej_cmd(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run([sys.executable, "-m", "sej.cmd", *args], capture_output=True, text=True, env=env,
+                          timeout=timeout)  # fmt: skip
+
+
+def test_a_symlink_at_the_old_predictable_temp_name_is_not_followed(tmp_path) -> None:
+    """The hub's offset temp file was `ofs/hub.ofs.<hub pid>.tmp`: a producer that planted a symlink there
+    had the hub truncate the link's target to 8 bytes. The temp name is now random and created exclusively."""
+    src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
+    produce(src, 300)
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(b"the producer host's precious file\n" * 10)
+    before = victim.read_bytes()
+    for j in os.listdir(src):
+        os.makedirs(os.path.join(src, j, "ofs"))
+        os.symlink(victim, os.path.join(src, j, "ofs", f"hub.ofs.{os.getpid()}.tmp"))
+    out = copy_all(lambda: LocalSource(src), hub, "c1", "hub")
+    assert all(o.error is None for o in out), [o.error for o in out]
+    assert victim.read_bytes() == before, "the symlink's target was written through"
+    for o in out:
+        assert o.result is not None
+        ofs = os.path.join(src, o.journal, "ofs", "hub.ofs")
+        assert not os.path.islink(ofs) and read_offset_file(ofs) == o.result.next_offset
+    assert_identical(src, hub)
+
+
+def test_sej_copy_refuses_an_ofs_directory_symlinked_to_another_journals(tmp_path) -> None:
+    """With `ofs/` a symlink to another journal's `ofs/`, `sej copy` set THAT journal's hub offset, though the
+    hub had none of its data: retention there could then delete messages nobody copied."""
+    src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
+    produce(src, 300)
+    other = str(tmp_path / "other")
+    with sej.Writer(other, segment_size=500) as w:
+        w.append_many([b"not copied %d" % i for i in range(100)])
+    os.makedirs(os.path.join(other, "ofs"))
+    os.symlink(os.path.join(other, "ofs"), os.path.join(src, "p.2.001", "ofs"))
+    r = sej_cmd("copy", src, hub, "--client-id", "c1")
+    assert r.returncode == 1, r.stderr
+    assert "Traceback" not in r.stderr
+    assert f"{os.path.join(src, 'p.2.001', 'ofs')} is a symlink, not a directory" in r.stderr
+    assert not os.path.lexists(os.path.join(other, "ofs", "hub.ofs")), "the other journal's offset was set"
+    assert sej.list_readers(other) == []
+    for j in ("p.2.000", "p.2.002", "p.2.003"):  # the other journals are copied and committed as usual
+        assert read_offset_file(os.path.join(src, j, "ofs", "hub.ofs")) == sej.next_offset(os.path.join(src, j))
+
+
+@pytest.mark.parametrize("target", ["other-journal", "/etc/passwd"])
+def test_a_symlinked_segment_is_refused_and_its_target_never_read(tmp_path, target: str) -> None:
+    """`DirEntry.is_file()` follows symlinks: a segment linked to another journal's segment was copied into
+    the hub; one linked to /etc/passwd failed with an error quoting its first 8 bytes as a number."""
+    src, hub = tmp_path / "src", str(tmp_path / "hub")
+    solo = src / "solo"
+    with sej.Writer(str(solo), segment_size=400) as w:
+        w.append_many([b"mine %d" % i for i in range(30)])
+    if target == "other-journal":
+        other = tmp_path / "other"
+        with sej.Writer(str(other), segment_size=100_000) as w:
+            w.append_many([b"someone else's %d" % i for i in range(30)])
+        target = str(other / "jnl" / "0000000000000000.jnl")
+    first = solo / "jnl" / "0000000000000000.jnl"
+    first.unlink()
+    os.symlink(target, first)
+    error: Exception | None = None
+    try:
+        copy_journal(LocalSource(str(src)), "solo", hub, "c1", "hub")
+    except Exception as e:
+        error = e
+    copied = os.path.join(hub, "c1.solo", "jnl")
+    assert not os.path.isdir(copied) or all(os.path.getsize(os.path.join(copied, f)) == 0 for f in os.listdir(copied))
+    assert read_offset_file(str(solo / "ofs" / "hub.ofs")) is None
+    assert str(error) == f"{first} is a symlink, not a regular file: refusing to open it"  # no contents
+    assert isinstance(error, sej.UnsafeFileError)
+
+
+def test_symlinked_journal_directories_and_jnl_directories_are_not_journals(tmp_path) -> None:
+    src, hub = tmp_path / "src", str(tmp_path / "hub")
+    produce(str(src), 200)
+    other = tmp_path / "elsewhere"
+    with sej.Writer(str(other), segment_size=500) as w:
+        w.append_many([b"x%d" % i for i in range(20)])
+    os.symlink(other, src / "q.1.000")  # a journal name, but a symlink to a journal elsewhere
+    os.makedirs(src / "r.1.001")
+    os.symlink(other / "jnl", src / "r.1.001" / "jnl")  # a real directory whose jnl/ is a symlink
+    out = copy_all(lambda: LocalSource(str(src)), hub, "c1", "hub")
+    assert sorted(o.journal for o in out) == [f"p.2.00{i}" for i in range(4)]
+    assert all(o.error is None for o in out)
+    assert sorted(os.listdir(hub)) == [f"c1.p.2.00{i}" for i in range(4)]
+    assert not os.path.exists(other / "ofs")
+    # A single journal whose jnl/ is a symlink is refused when it is read.
+    with pytest.raises(sej.UnsafeFileError, match=r"r\.1\.001/jnl is a symlink, not a directory"):
+        copy_journal(LocalSource(str(src / "r.1.001")), "r.1.001", hub, "c1", "hub")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink"])
+def test_sej_copy_refuses_a_fifo_or_symlink_at_the_hub_offset_instead_of_hanging(tmp_path, kind: str) -> None:
+    """A FIFO at `ofs/hub.ofs` blocked `sej copy` forever in open() (on a pass with nothing new to copy,
+    when the hub reads its offset back). Now nothing but a regular file is opened, and nothing is replaced."""
+    src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
+    produce(src, 300)
+    first = sej_cmd("copy", src, hub)
+    assert first.returncode == 0, first.stderr
+    bad = os.path.join(src, "p.2.002", "ofs", "hub.ofs")
+    os.remove(bad)
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"\0" * 8)
+    os.mkfifo(bad) if kind == "fifo" else os.symlink(victim, bad)
+    r = sej_cmd("copy", src, hub, timeout=60)  # hung forever before
+    assert r.returncode == 1, r.stderr
+    assert "Traceback" not in r.stderr
+    what = "FIFO" if kind == "fifo" else "symlink"
+    assert f"p.2.002: error: {bad} is a {what}, not a regular file" in r.stderr
+    assert os.path.lexists(bad) and (os.path.islink(bad) if kind == "symlink" else not os.path.islink(bad))
+    assert victim.read_bytes() == b"\0" * 8
+    produce(src, 100, seed=3)  # new data: the copy goes on, but the hub still does not replace the FIFO
+    r = sej_cmd("copy", src, hub, timeout=60)
+    assert r.returncode == 1 and f"{bad} is a {what}" in r.stderr, r.stderr
+    assert_prefix(src, hub, client="local")

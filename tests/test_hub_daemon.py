@@ -796,3 +796,153 @@ def test_a_producer_that_stops_answering_is_cut_off_by_the_watchdog(
         (again,) = hub.run_once()  # a fresh connection
         assert again.ok and again.messages == 30, again.failures()
     assert_identical(src, tmp_path / "hub", "c")
+
+
+# -- FIFOs and stalled calls: SIGTERM ends sej-hub within seconds in every state (issue 10, item 6) --------------
+
+
+class HubProcess:
+    """A sej-hub (or a script) running as a real subprocess, its stderr read line by line as it comes."""
+
+    def __init__(self, args: list[str]) -> None:
+        self.p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
+        self.lines: list[str] = []
+        self.out: list[str] = []
+        self._changed = threading.Condition()
+        self._readers = [threading.Thread(target=self._read, args=(f, buf), daemon=True)
+                         for f, buf in ((self.p.stderr, self.lines), (self.p.stdout, self.out))]  # fmt: skip
+        for t in self._readers:
+            t.start()
+
+    def _read(self, f: Any, buf: list[str]) -> None:
+        for line in f:
+            with self._changed:
+                buf.append(line.rstrip("\n"))
+                self._changed.notify_all()
+
+    def wait_for(self, text: str, timeout: float, stream: str = "stderr") -> bool:
+        """Whether a line containing `text` came within `timeout` seconds."""
+        buf = self.lines if stream == "stderr" else self.out
+        with self._changed:
+            return self._changed.wait_for(lambda: any(text in line for line in buf), timeout)
+
+    def stop(self, timeout: float) -> float | None:
+        """SIGTERM; the seconds it took to exit, or None if it did not exit within `timeout` (then SIGKILL)."""
+        t0 = time.monotonic()
+        self.p.send_signal(signal.SIGTERM)
+        try:
+            self.p.wait(timeout)
+            return time.monotonic() - t0
+        except subprocess.TimeoutExpired:
+            return None
+        finally:
+            self.kill()
+
+    def kill(self) -> None:
+        if self.p.poll() is None:
+            self.p.kill()
+            self.p.wait(10)
+        for t in self._readers:
+            t.join(10)
+
+    @property
+    def stderr(self) -> str:
+        return "\n".join(self.lines)
+
+
+def fifo_at_hub_offset(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A source copied once, then its ev.2.001/ofs/hub.ofs replaced by a FIFO; (source, config, the FIFO)."""
+    src = make_root(tmp_path / "src", 120)
+    conf = write_config(tmp_path / "hub.toml", tmp_path / "hub", [{"client_id": "c", "local_root": src}],
+                        poll_interval=0.05)  # fmt: skip
+    first = run([hub_script(), "--config", str(conf), "--once"])
+    assert first.returncode == 0, first.stderr
+    fifo = src / "ev.2.001" / "ofs" / f"{READER}.ofs"
+    fifo.unlink()
+    os.mkfifo(fifo)
+    return src, conf, fifo
+
+
+def test_sej_hub_once_refuses_a_fifo_at_a_sources_hub_offset(tmp_path: Path) -> None:
+    """A FIFO at `ofs/hub.ofs` blocked `sej-hub --once` forever in open() (when nothing was new to copy)."""
+    src, conf, fifo = fifo_at_hub_offset(tmp_path)
+    p = run([hub_script(), "--config", str(conf), "--once"], timeout=60)
+    assert p.returncode == 1, p.stderr
+    assert "Traceback" not in p.stderr
+    assert f"ERROR sej.hub: {fifo} is a FIFO, not a regular file: refusing to open it" in p.stderr
+    assert error_lines(p.stderr, "sej-hub") == ["sej-hub: error: 1 failures in 1 of 1 clients (see the log above)"]
+    assert fifo.is_fifo()
+
+
+def test_sej_hub_stops_on_sigterm_while_a_source_holds_a_fifo(tmp_path: Path) -> None:
+    src, conf, fifo = fifo_at_hub_offset(tmp_path)
+    hub = HubProcess([hub_script(), "--config", str(conf)])
+    try:
+        # It used to hang in open() instead; wait for the refusal (or give up after a while), then stop it.
+        refused = hub.wait_for(f"{fifo} is a FIFO", 20)
+        took = hub.stop(timeout=10)
+    finally:
+        hub.kill()
+    assert took is not None, f"sej-hub did not exit within 10 s of SIGTERM:\n{hub.stderr}"
+    assert refused, hub.stderr
+    assert hub.p.returncode == 0 and "hub stopped" in hub.stderr and "Traceback" not in hub.stderr
+
+
+# A local call that never returns, as on a hung network filesystem (a process stuck in the kernel cannot be
+# interrupted): the source's read is replaced by one that blocks for good. Everything else is the real sej-hub.
+STUCK_HUB = r"""
+import os, sys, threading
+import sej.hub.daemon as daemon
+from sej.hub import source
+stall = float(sys.argv[1])
+if stall:
+    daemon.STALL_TIMEOUT, daemon.WATCH_INTERVAL = stall, 0.1
+never = threading.Event()
+
+def stuck_read(self, journal, name, pos, size):
+    os.write(1, b"stuck in a read\n")
+    never.wait()
+
+source.LocalSource.read = stuck_read
+from sej.hub.main import main
+sys.argv[1:] = sys.argv[2:]
+main()
+"""
+
+
+def test_the_watchdog_bounds_a_stalled_local_pass(tmp_path: Path, src: Path) -> None:
+    """The watchdog only closed SSH connections: a local pass stuck in a call hung `sej-hub --once` for good."""
+    conf = write_config(tmp_path / "hub.toml", tmp_path / "hub", [{"client_id": "c", "local_root": src}])
+    hub = HubProcess([sys.executable, "-c", STUCK_HUB, "1.0", "--config", str(conf), "--once"])
+    try:
+        assert hub.wait_for("stuck in a read", 30, "stdout"), hub.stderr
+        hub.p.wait(60)  # STALL_TIMEOUT is 1 s here
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        hub.kill()
+    assert hub.p.returncode == 1, hub.stderr
+    assert "Traceback" not in hub.stderr
+    assert f"client c: a call to {src} has not returned for 1s; abandoning the pass" in hub.stderr
+    assert "the pass was abandoned after" in hub.stderr
+    assert error_lines(hub.stderr, "sej-hub") == ["sej-hub: error: 1 failures in 1 of 1 clients (see the log above)"]
+    assert "exiting with 4 threads still stuck in calls that did not return" in hub.stderr
+
+
+@pytest.mark.parametrize("once", [False, True])
+def test_sigterm_stops_sej_hub_while_a_local_call_is_stuck(tmp_path: Path, src: Path, once: bool) -> None:
+    conf = write_config(tmp_path / "hub.toml", tmp_path / "hub", [{"client_id": "c", "local_root": src}])
+    hub = HubProcess([sys.executable, "-c", STUCK_HUB, "0", "--config", str(conf), *(["--once"] if once else [])])
+    try:
+        assert hub.wait_for("stuck in a read", 30, "stdout"), hub.stderr
+        took = hub.stop(timeout=15)  # STALL_TIMEOUT is 300 s: only stopping can end this pass
+    finally:
+        hub.kill()
+    assert took is not None, f"sej-hub did not exit within 15 s of SIGTERM:\n{hub.stderr}"
+    assert "Traceback" not in hub.stderr
+    assert "after stop; the pass was abandoned" in hub.stderr
+    assert hub.p.returncode == (1 if once else 0), hub.stderr
+    # The copy is consistent: the journals that were copied are whole prefixes, nothing was committed ahead.
+    for name in journals(src):
+        dest = tmp_path / "hub" / f"c.{name}"
+        assert committed(src / name) <= (sej.next_offset(dest) if dest.exists() else 0)

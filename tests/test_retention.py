@@ -638,3 +638,30 @@ def test_cli_bad_input_gives_one_error_line_and_exit_2(jdir: str, args: list[str
     assert len(lines) == 1 and lines[0].startswith("retention: error: ") and needle in lines[0], r.stderr
     assert "Traceback" not in r.stderr and r.stdout == ""
     assert files(jdir) == before
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink"])
+def test_a_fifo_or_symlink_in_ofs_is_refused_instead_of_hanging_the_run(tmp_path: Path, kind: str) -> None:
+    """A FIFO in a journal's ofs/ hung scripts/retention.py forever in open(), while it held retention.lck.
+    A symlink was followed to whatever 8 bytes it pointed at, and counted as a reader's offset."""
+    root = hub_root(tmp_path)
+    c1, c2 = os.path.join(root, "c1.0"), os.path.join(root, "c2.0")
+    bad = os.path.join(c2, "ofs", "spark.ofs")
+    if kind == "fifo":
+        os.mkfifo(bad)
+    else:
+        target = tmp_path / "eight-bytes"
+        target.write_bytes(b"\0\0\0\0\0\0\0\x30")  # would let the reader "spark" pass every segment
+        os.symlink(target, bad)
+    before = files(c2) if kind == "symlink" else None
+    r = cli(root, "--max-messages", "0", timeout=60)  # hung forever before (fifo)
+    assert r.returncode == 1, r.stdout + r.stderr
+    what = "FIFO" if kind == "fifo" else "symlink"
+    assert r.stderr == f"retention: error: {c2}: {bad} is a {what}, not a regular file: refusing to open it\n"
+    assert firsts(c2) == list(range(0, 31, 3)), "nothing deleted in the journal with the bad reader"
+    assert firsts(c1)[0] == 6 and r.stdout.splitlines()[-1].endswith("in 1 of 2 journals; 1 failed")
+    if before is not None:
+        assert files(c2) == before
+    with pytest.raises(sej.UnsafeFileError, match=f"is a {what}"):
+        plan_retention(c2, max_messages=0)
+    unlock_file(lock_retention(c2))  # the run released its lock

@@ -73,12 +73,14 @@ _NULL_HANDLER = logging.NullHandler()
 
 
 def quiet_library_logs(quiet: bool) -> None:
-    """Keep the library's log records (recovery's warning) off stderr: the commands report for themselves."""
-    logger = logging.getLogger("sej")
-    if quiet and _NULL_HANDLER not in logger.handlers:
-        logger.addHandler(_NULL_HANDLER)
-    elif not quiet and _NULL_HANDLER in logger.handlers:
-        logger.removeHandler(_NULL_HANDLER)
+    """Keep the library's log records (recovery's warning) and paramiko's (its transport thread logs the
+    error a connection died of, with a traceback) off stderr: the commands report for themselves."""
+    for name in ("sej", "paramiko"):
+        logger = logging.getLogger(name)
+        if quiet and _NULL_HANDLER not in logger.handlers:
+            logger.addHandler(_NULL_HANDLER)
+        elif not quiet and _NULL_HANDLER in logger.handlers:
+            logger.removeHandler(_NULL_HANDLER)
 
 
 class SejGroup(click.Group):

@@ -40,11 +40,6 @@ class Filters:
     offset: int | None = None
     types: frozenset[int] = frozenset()
 
-    @property
-    def decode_needed(self) -> bool:
-        """Whether counting needs to look at messages (else it is next - start offset)."""
-        return self.start is not None or self.end is not None or bool(self.types)
-
     def keeps(self, m: Message) -> bool:
         ts = m.timestamp
         if self.start is not None and (ts is None or ts < self.start):
@@ -125,10 +120,12 @@ def _keyed(i: int, msgs: Iterator[Message]) -> Iterator[tuple[int, int, int, Mes
 
 
 def count_messages(journals: list[Journal], f: Filters) -> int:
-    """How many messages scan would print; without time or type filters, next - start for each journal."""
+    """How many messages scan would print, read as scan reads them.
+
+    Also without filters, where the count is next - start for each journal: a count must fail
+    where scan fails (a corrupt frame is a CorruptionError, exit 1), not print a number.
+    """
     plans = plan(journals, f)
-    if not f.decode_needed:
-        return sum(p.stop - p.start for p in plans)
     total = 0
     with progress(sum(p.stop - p.start for p in plans), "counting") as tick:
         for p in plans:  # a count needs no order: each journal on its own, no merge

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
-from ..errors import CorruptionError
+from ..errors import CorruptionError, UnsafeFileError
 from ..layout import list_readers, parse_segment_name, reader_offset_path, writer_lock_path
 from ..offset import read_offset_file
 from ..shard import Journal, find_journals
@@ -60,11 +60,15 @@ def segment_file(path: str) -> tuple[str, int | None]:
 
 
 class Reader(NamedTuple):
-    """A reader of a journal and its committed offset (None: nothing committed; error: unreadable)."""
+    """A reader of a journal and its committed offset (None: nothing committed; error: unreadable).
+
+    An offset file that is malformed, or is not a regular file (a symlink, a FIFO: never followed
+    or opened), is reported as that reader's error.
+    """
 
     name: str
     committed: int | None
-    error: CorruptionError | None
+    error: CorruptionError | UnsafeFileError | None
 
 
 def readers(dir: str) -> list[Reader]:
@@ -73,7 +77,7 @@ def readers(dir: str) -> list[Reader]:
     for name in list_readers(dir):
         try:
             out.append(Reader(name, read_offset_file(reader_offset_path(dir, name)), None))
-        except CorruptionError as e:
+        except (CorruptionError, UnsafeFileError) as e:
             out.append(Reader(name, None, e))
     return out
 

@@ -12,8 +12,14 @@ it on SIGTERM/SIGINT) ends every copy after its current chunk, which the copy
 engine always completes with an fsync.
 
 Every wait is bounded: connecting (CONNECT_TIMEOUT), each SFTP read (IO_TIMEOUT),
-every other call to a producer (STALL_TIMEOUT, enforced by a watchdog that closes a
-stalled connection), the pause between passes, and stopping (STOP_TIMEOUT).
+every other call to a producer (STALL_TIMEOUT, enforced by a watchdog), the pause
+between passes, and stopping (STOP_TIMEOUT). Each pass runs in a thread of its own
+that the client only waits for: when a call stalls, the watchdog closes the client's
+SSH connection (the call then fails) and the client stops waiting for the pass,
+which is reported as failed (StalledError); a local call stuck in the kernel (a
+hung network filesystem) cannot be interrupted, so its pass is abandoned and no
+new pass of that client starts until it returns. A process that exits with such
+a thread still stuck ends with os._exit (sej.hub.main.exit_process).
 """
 
 from __future__ import annotations
@@ -54,8 +60,15 @@ producer whose sshd hangs would otherwise block its client for good; 32 MiB in 3
 WATCH_INTERVAL = 1.0
 """How often the watchdog looks for stalled calls."""
 
-STOP_TIMEOUT = 30.0
-"""Seconds `run_forever` waits for the clients' current chunks after `stop` was set."""
+STOP_TIMEOUT = 2.0
+"""Seconds a pass may take to finish its current chunk after `stop` was set. Then the client's SSH
+connection is closed and, ABANDON_GRACE later, a pass still running is abandoned: SIGTERM ends
+sej-hub within seconds whatever it is doing. Abandoning is safe: the hub's offset on a source
+moves only after the copied bytes are fsynced, and the next copy cuts a torn tail aside."""
+
+ABANDON_GRACE = 2.0
+"""Seconds a pass may take to end after its connection was closed (by the watchdog, or after stop), before
+the client stops waiting for it."""
 
 SUMMARY_INTERVAL = 60.0
 """In forever mode each pass logs at DEBUG; what a client copied is summed up at INFO this often."""
@@ -65,6 +78,10 @@ SUPERVISE_INTERVAL = 0.1
 
 LOCK_NAME = ".hub.lck"
 """The lock file in hub_root that one hub process (sej-hub, or a cron run) holds at a time."""
+
+
+class StalledError(SejError):
+    """A call to a producer did not return within STALL_TIMEOUT (or in time after stop): the pass was left."""
 
 
 @dataclass
@@ -190,6 +207,8 @@ class _Client:
         self._calls: dict[int, float] = {}  # calls to the producer under way: token -> when they started
         self._calls_lock = threading.Lock()
         self._tokens = itertools.count()
+        self._stalled = threading.Event()  # set by the watchdog: the pass under way is stuck in a call
+        self._pass: threading.Thread | None = None  # the last pass started (alive: running, or abandoned)
 
     @contextmanager
     def call(self) -> Iterator[None]:
@@ -204,29 +223,93 @@ class _Client:
                 del self._calls[token]
 
     def close_if_stalled(self, limit: float) -> bool:
-        """Close the connection when a call has been under way for more than `limit` seconds.
-
-        Every call blocked on it then fails, so the pass ends and the next one reconnects.
+        """When a call has been under way for more than `limit` seconds: mark the pass stalled and close the
+        connection, if any. Every call blocked on the connection then fails, so the pass ends and the next one
+        reconnects; a pass stuck in a local call is abandoned (see run_pass_bounded). True if it acted.
         """
         with self._calls_lock:
             oldest = min(self._calls.values(), default=None)
-        ssh = self.ssh
-        if oldest is None or ssh is None or time.monotonic() - oldest <= limit:
+        if oldest is None or self._stalled.is_set() or time.monotonic() - oldest <= limit:
             return False
+        ssh = self.ssh
         log.error(
-            "client %s: %s has not answered for %.0fs; closing the connection", self.cfg.client_id, self.label, limit
+            "client %s: a call to %s has not returned for %.0fs; %s",
+            self.cfg.client_id,
+            self.label,
+            limit,
+            "closing the connection" if ssh is not None else "abandoning the pass",
         )
-        try:
-            ssh.close()
-        except Exception as e:
-            log.debug("client %s: closing the stalled connection: %s", self.cfg.client_id, e)
+        self._stalled.set()
+        if ssh is not None:
+            try:
+                ssh.close()
+            except Exception as e:
+                log.debug("client %s: closing the stalled connection: %s", self.cfg.client_id, e)
         return True
+
+    def run_pass_bounded(self, stop: threading.Event, level: int = logging.INFO) -> ClientReport:
+        """run_pass in a thread of its own, waited for only while it makes progress. Never raises an Exception.
+
+        The wait ends ABANDON_GRACE after the watchdog found a call stalled, or STOP_TIMEOUT + ABANDON_GRACE
+        after `stop` was set (the connection is closed after STOP_TIMEOUT); a pass still running then is
+        abandoned and reported as failed (StalledError). While it runs on, no other pass of this client
+        starts: each attempt is reported as failed instead.
+        """
+        cid = self.cfg.client_id
+        busy = self._pass
+        if busy is not None and busy.is_alive():
+            err = StalledError(f"a call to {self.label} from an earlier pass has still not returned")
+            log.error("client %s: %s; not starting another pass", cid, err)
+            return ClientReport(cid, error=err)
+        self._stalled.clear()
+        box: list[ClientReport] = []
+
+        def run() -> None:
+            try:
+                box.append(self.run_pass(stop, level))
+            except BaseException as e:  # run_pass never raises an Exception: this is a bug, say so
+                log.exception("client %s: unexpected error in the pass", cid)
+                box.append(ClientReport(cid, error=e))
+
+        t = self._pass = threading.Thread(target=run, name=f"sej-hub-pass-{cid}", daemon=True)
+        started = time.monotonic()
+        t.start()
+        give_up: float | None = None
+        stopped_at: float | None = None
+        while True:
+            t.join(SUPERVISE_INTERVAL)
+            if not t.is_alive():
+                return box[0] if box else ClientReport(cid, error=RuntimeError("the pass ended without a report"))
+            now = time.monotonic()
+            if give_up is None and self._stalled.is_set():
+                give_up = now + ABANDON_GRACE
+            if stop.is_set():
+                if stopped_at is None:
+                    stopped_at = now
+                elif now - stopped_at >= STOP_TIMEOUT and (give_up is None or give_up > now + ABANDON_GRACE):
+                    give_up = now + ABANDON_GRACE  # the current chunk had its time: unblock calls on the producer
+                    if self.ssh is not None:
+                        log.warning("client %s: still busy %gs after stop; closing the connection", cid, STOP_TIMEOUT)
+                        self.disconnect()
+            if give_up is not None and now >= give_up:
+                if self._stalled.is_set():
+                    why = f"a call to {self.label} stalled (more than {STALL_TIMEOUT:g}s)"
+                else:
+                    why = f"the pass was still in a call to {self.label} {now - (stopped_at or now):.1f}s after stop"
+                err = StalledError(f"{why}; the pass was abandoned after {now - started:.1f}s")
+                log.error("client %s: %s", cid, err)
+                return ClientReport(cid, error=err, seconds=now - started)
 
     def _sources(self) -> Callable[[], Source]:
         cfg = self.cfg
         if cfg.local_root is not None:
             root = cfg.local_root
-            return lambda: LocalSource(root)
+
+            def make_local() -> Source:
+                with self.call():  # watched like every call: a hung filesystem stalls it
+                    return _Watched(LocalSource(root), self)
+
+            return make_local
         assert cfg.host is not None and cfg.remote_root is not None
         if self.ssh is not None and not _is_alive(self.ssh):
             log.warning("client %s: the connection to %s was lost; reconnecting", cfg.client_id, self.label)
@@ -314,7 +397,7 @@ class Hub:
         if stop.is_set():
             return []
         with self._watchdog(), ThreadPoolExecutor(len(self._clients), thread_name_prefix="sej-hub") as pool:
-            return list(pool.map(lambda c: c.run_pass(stop), self._clients))
+            return list(pool.map(lambda c: c.run_pass_bounded(stop), self._clients))
 
     @contextmanager
     def _watchdog(self) -> Iterator[None]:
@@ -364,13 +447,14 @@ class Hub:
                 log.info("stopping: finishing the current chunks")
             finally:
                 stop.set()
-                deadline = time.monotonic() + STOP_TIMEOUT
+                limit = STOP_TIMEOUT + ABANDON_GRACE + 1  # run_pass_bounded gives up within the first two
+                deadline = time.monotonic() + limit
                 for t in threads:
                     if t.ident is not None:
                         t.join(max(0.0, deadline - time.monotonic()))
                 busy = [t.name for t in threads if t.is_alive()]
                 if busy:
-                    log.warning("still busy after %gs, leaving anyway: %s", STOP_TIMEOUT, ", ".join(busy))
+                    log.warning("still busy after %gs, leaving anyway: %s", limit, ", ".join(busy))
                 self.close()
                 log.info("hub stopped")
 
@@ -381,7 +465,7 @@ class Hub:
         messages = nbytes = passes = 0
         while not stop.is_set():
             try:
-                report = client.run_pass(stop, logging.DEBUG)
+                report = client.run_pass_bounded(stop, logging.DEBUG)
                 if on_report is not None:
                     on_report(report)
             except Exception:  # a bug: keep the other passes going, but say so loudly

@@ -13,14 +13,17 @@ traceback instead.
 
 from __future__ import annotations
 
+import concurrent.futures.thread
 import logging
+import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
-from typing import IO
+from typing import IO, NoReturn
 
 import click
 import paramiko
@@ -161,9 +164,47 @@ def cli(config_path: str, once: bool, log_level: str | None, debug: bool) -> int
     return OK
 
 
+def exit_process(code: int) -> NoReturn:
+    """Exit with `code`, also when a pass was abandoned in a call that never returns.
+
+    Python's exit joins every non-daemon thread and every executor worker (the copy engine's): one
+    stuck in the kernel (a hung network filesystem) would keep the process alive for good,
+    whatever signal asked it to stop. Then the logs and streams are flushed and the process
+    ends with os._exit. What such a thread was copying is safe to drop: the hub's offset on the
+    source moves only after the copied bytes are fsynced, and the next copy cuts a torn tail aside.
+    """
+    deadline = time.monotonic() + EXIT_WAIT
+    joined_at_exit = getattr(concurrent.futures.thread, "_threads_queues", {})  # executor workers, daemon or not
+    stuck = []
+    for t in threading.enumerate():
+        if t is threading.current_thread() or (t.daemon and t not in joined_at_exit):
+            continue
+        t.join(max(0.0, deadline - time.monotonic()))
+        if t.is_alive():
+            stuck.append(t.name)
+    if not stuck:
+        sys.exit(code)
+    log.warning("exiting with %d threads still stuck in calls that did not return: %s", len(stuck), ", ".join(stuck))
+    for h in logging.getLogger().handlers:
+        try:
+            h.flush()
+        except Exception:
+            pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
+EXIT_WAIT = 1.0
+"""Seconds exit_process waits for threads still running before it stops waiting for them."""
+
+
 def main() -> None:
     """The console script `sej-hub`."""
-    cli.main(prog_name="sej-hub")
+    exit_process(cli.main(prog_name="sej-hub", standalone_mode=False))
 
 
 if __name__ == "__main__":

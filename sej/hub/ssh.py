@@ -8,6 +8,7 @@ SFTP only.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Callable
@@ -148,19 +149,72 @@ def connect(ep: Endpoint, accept_new_host_key: bool = False, timeout: float = 15
         client.close()
         raise SshError(f"{ep.user}@{ep.host}:{ep.port}: key authentication failed: {e}") from None
     except paramiko.SSHException as e:
+        why = _why(e, client)
         client.close()
         if "not found in known_hosts" in str(e):
             raise HostKeyError(
                 f"host [{ep.host}]:{ep.port} is not in {ep.known_hosts}: refusing to connect "
                 "(add its key, or accept new host keys explicitly)"
             ) from None
-        raise SshError(f"{ep.user}@{ep.host}:{ep.port}: {e}") from None
+        raise SshError(f"{ep.user}@{ep.host}:{ep.port}: {why}") from None
     except (TimeoutError, OSError, EOFError) as e:
+        why = _why(e, client)
         client.close()
-        raise SshError(f"{ep.user}@{ep.host}:{ep.port}: {e}") from None
+        raise SshError(f"{ep.user}@{ep.host}:{ep.port}: {why}") from None
     except BaseException:
         client.close()
         raise
+
+
+def _why(e: BaseException, client: paramiko.SSHClient) -> str:
+    """Why connecting failed, in words, never empty: a reset or a close gets named, with the phase it came in.
+
+    paramiko reports a peer that closes before its banner as a bare EOFError (no text) and one that
+    resets it as "Error reading SSH protocol banner[Errno 104] ...".
+    """
+    chain: list[BaseException] = []
+    cause: BaseException | None = e
+    while cause is not None and len(chain) < 10:
+        chain.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    transport = client.get_transport()
+    # A reset or a close needs an established TCP connection (a refused one is ECONNREFUSED), so without
+    # the server's banner it came before it, even when paramiko had not made its Transport yet.
+    banner = transport is not None and bool(transport.remote_version)
+    phase = " during the SSH handshake" if banner else " before the SSH banner"
+    if any(isinstance(c, (ConnectionResetError, BrokenPipeError)) for c in chain):
+        return "connection reset by the peer" + phase
+    if any(isinstance(c, (EOFError, ConnectionAbortedError)) for c in chain):
+        return "connection closed by the peer" + phase
+    if any(isinstance(c, TimeoutError) for c in chain):
+        return "timed out" + (phase if transport is not None else " connecting")
+    return " ".join(str(e).split()) or type(e).__name__
+
+
+class _NoTransportTracebacks(logging.Filter):
+    """Drops the traceback paramiko's transport thread logs, line by line, after the error it died of.
+
+    The error itself stays (one line), and connect() or the failed call reports it with its reason.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._in_traceback: set[tuple[int | None, str | None]] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        thread = (record.thread, record.threadName)
+        if record.levelno != logging.ERROR:
+            self._in_traceback.discard(thread)
+            return True
+        message = str(record.msg)
+        if message.startswith(("Exception (", "Unknown exception:")):
+            self._in_traceback.add(thread)  # paramiko logs util.tb_strings() next
+            return True
+        return thread not in self._in_traceback
+
+
+TRANSPORT_FILTER = _NoTransportTracebacks()
+logging.getLogger("paramiko.transport").addFilter(TRANSPORT_FILTER)
 
 
 IO_TIMEOUT = 60.0

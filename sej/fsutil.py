@@ -1,0 +1,137 @@
+"""Opening files in a tree sej does not trust: never through a symlink, never a FIFO or a device.
+
+A producer's journals (read by the hub), reader offset files (read by retention)
+and lock files may have been replaced by anything. Every open here
+
+- lstats the path first and refuses anything but the expected type, so that a
+  device or a FIFO is never even opened,
+- opens with O_NOFOLLOW (a symlink swapped in meanwhile fails with ELOOP) and,
+  for files, O_NONBLOCK (a FIFO swapped in meanwhile cannot block the open),
+- fstats the descriptor it got and refuses it unless it is the expected type.
+
+A refusal is an UnsafeFileError naming the path and what it is. A missing path
+raises FileNotFoundError as usual. Paths may be relative to a directory
+descriptor (`dir_fd`), which is how a tree is walked without following a
+symlinked directory: open each directory with `open_dir` relative to its parent.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+from .errors import UnsafeFileError
+
+_KINDS = (
+    (stat.S_ISLNK, "symlink"),
+    (stat.S_ISFIFO, "FIFO"),
+    (stat.S_ISDIR, "directory"),
+    (stat.S_ISSOCK, "socket"),
+    (stat.S_ISCHR, "character device"),
+    (stat.S_ISBLK, "block device"),
+    (stat.S_ISREG, "regular file"),
+)
+
+_NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY
+
+
+def kind(mode: int) -> str:
+    """What a file of this st_mode is, in words: "symlink", "FIFO", "directory", ..."""
+    for test, name in _KINDS:
+        if test(mode):
+            return name
+    return f"file of type {stat.S_IFMT(mode):#o}"
+
+
+def _lkind(path: str, dir_fd: int | None) -> str:
+    try:
+        return kind(os.stat(path, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return "file that changed while it was opened"
+
+
+def open_regular(path: str, flags: int = os.O_RDONLY, *, dir_fd: int | None = None, show: str | None = None) -> int:
+    """A descriptor of the regular file `path` opened with `flags` (without O_CREAT); close it.
+
+    `show` is the path named in errors (default `path`). UnsafeFileError when it is
+    anything but a regular file; FileNotFoundError when it does not exist.
+    """
+    name = show or path
+    st = os.stat(path, dir_fd=dir_fd, follow_symlinks=False)
+    if not stat.S_ISREG(st.st_mode):
+        raise UnsafeFileError(name, kind(st.st_mode))
+    try:
+        fd = os.open(path, flags | os.O_NONBLOCK | _NOFOLLOW, dir_fd=dir_fd)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):  # swapped since the lstat
+            raise UnsafeFileError(name, _lkind(path, dir_fd)) from None
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise UnsafeFileError(name, kind(mode))
+        if not flags & os.O_NONBLOCK:
+            os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_regular(path: str, limit: int, *, dir_fd: int | None = None, show: str | None = None) -> bytes:
+    """At most `limit` bytes from the start of the regular file `path` (see open_regular)."""
+    fd = open_regular(path, dir_fd=dir_fd, show=show)
+    try:
+        chunks = []
+        left = limit
+        while left > 0:
+            data = os.read(fd, left)
+            if not data:
+                break
+            chunks.append(data)
+            left -= len(data)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def create_exclusive(path: str, *, dir_fd: int | None = None, mode: int = 0o644) -> int:
+    """A descriptor (write only) of a new regular file: O_CREAT|O_EXCL never follows a symlink nor reuses a file."""
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, mode, dir_fd=dir_fd)
+
+
+def open_dir(path: str, *, dir_fd: int | None = None, show: str | None = None, follow: bool = False) -> int:
+    """A descriptor of the directory `path`; close it. Not through a symlink unless `follow`.
+
+    UnsafeFileError when it is a symlink (and not `follow`) or no directory; FileNotFoundError when missing.
+    """
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    try:
+        return os.open(path, flags, dir_fd=dir_fd)
+    except OSError as e:
+        if e.errno in (errno.ENOTDIR, errno.ELOOP):
+            raise UnsafeFileError(show or path, _lkind(path, dir_fd), "a directory") from None
+        raise
+
+
+def open_lock_file(path: str) -> int:
+    """A descriptor (write, append) of the lock file `path`, created if missing; UnsafeFileError if not regular."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | _NOFOLLOW, 0o644)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
+            raise UnsafeFileError(path, _lkind(path, None)) from None
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise UnsafeFileError(path, kind(mode))
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+__all__ = ["create_exclusive", "kind", "open_dir", "open_lock_file", "open_regular", "read_regular"]
