@@ -15,6 +15,7 @@ from typing import IO
 from . import index as idx
 from .errors import CorruptionError
 from .frames import NO_TIMESTAMP
+from .fsutil import open_file
 from .layout import index_dir, index_path, list_segments, segment_dir, segment_path
 from .recovery import fsync_dir, recover_tail
 
@@ -50,7 +51,7 @@ class SegmentAppender:
         self.max_ts = tail.walk.max_ts
 
     def _open(self, first: int, index: idx.Appender) -> None:
-        self.file = open(segment_path(self.dir, first), "a+b", buffering=0)  # readable: the hub checks its tail
+        self.file = open_file(segment_path(self.dir, first), "a+b")  # readable: the hub checks its tail
         self.fd = self.file.fileno()
         self.first = first
         self.index = index

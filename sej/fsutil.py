@@ -20,6 +20,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from typing import IO
 
 from .errors import UnsafeFileError
 
@@ -79,6 +80,24 @@ def open_regular(path: str, flags: int = os.O_RDONLY, *, dir_fd: int | None = No
     return fd
 
 
+_MODES = {"rb": os.O_RDONLY, "r+b": os.O_RDWR, "a+b": os.O_RDWR | os.O_APPEND}
+
+
+def open_file(path: str, mode: str = "rb") -> IO[bytes]:
+    """The regular file `path` as an unbuffered file object (see open_regular): "rb", "r+b", or "a+b".
+
+    "a+b" creates the file if it is missing (never through a symlink).
+    """
+    flags = _MODES[mode]
+    try:
+        fd = open_regular(path, flags)
+    except FileNotFoundError:
+        if mode != "a+b":
+            raise
+        fd = os.open(path, flags | os.O_CREAT | _NOFOLLOW, 0o644)
+    return os.fdopen(fd, mode, buffering=0)
+
+
 def read_regular(path: str, limit: int, *, dir_fd: int | None = None, show: str | None = None) -> bytes:
     """At most `limit` bytes from the start of the regular file `path` (see open_regular)."""
     fd = open_regular(path, dir_fd=dir_fd, show=show)
@@ -86,7 +105,7 @@ def read_regular(path: str, limit: int, *, dir_fd: int | None = None, show: str 
         chunks = []
         left = limit
         while left > 0:
-            data = os.read(fd, left)
+            data = os.read(fd, min(left, 1 << 20))  # os.read allocates what it is asked for
             if not data:
                 break
             chunks.append(data)

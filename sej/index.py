@@ -19,7 +19,9 @@ import struct
 from bisect import bisect_left, bisect_right
 from typing import NamedTuple
 
+from .errors import UnsafeFileError
 from .frames import INDEX_INTERVAL, NO_TIMESTAMP
+from .fsutil import read_regular
 
 MAGIC = b"SEJIDX01"
 FILE_HEADER = struct.Struct(">8sQ")
@@ -85,10 +87,9 @@ class SparseIndex:
 def load(path: str, first_offset: int) -> SparseIndex | None:
     """Read an index file; None when it is missing or its header does not match the segment."""
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError):
-        return None
+        raw = read_regular(path, 1 << 40)
+    except (FileNotFoundError, NotADirectoryError, PermissionError, UnsafeFileError):
+        return None  # a FIFO or a symlink here is never read: the index is rebuilt instead
     if len(raw) < FILE_HEADER.size:
         return None
     magic, first = FILE_HEADER.unpack_from(raw)

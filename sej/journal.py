@@ -7,6 +7,7 @@ import os
 from . import layout
 from .errors import CorruptionError, InvalidArgumentError
 from .frames import I32, OVERHEAD, Message, decode_batch
+from .fsutil import open_file
 from .layout import Segment, index_path, journal_path, list_segments
 from .segment import pread_full, read_messages, seek_entry, tail
 
@@ -44,7 +45,7 @@ def last_messages(dir: str | os.PathLike[str], n: int) -> list[Message]:
             end = tail(index_path(path, seg.first_offset), seg)[0].end  # skips a torn tail
         else:
             end = os.path.getsize(seg.path)
-        with open(seg.path, "rb") as f:
+        with open_file(seg.path) as f:
             out.extend(_backward(f.fileno(), seg, end, n - len(out)))
     out.reverse()
     return out
@@ -88,7 +89,7 @@ def offset_at_time(dir: str | os.PathLike[str], ts: int) -> int:
 
 
 def _offset_at_time_in(dir: str, seg: Segment, ts: int, is_last: bool) -> int | None:
-    with open(seg.path, "rb") as f:
+    with open_file(seg.path) as f:
         fd = f.fileno()
         size = os.fstat(fd).st_size
         ipath = index_path(dir, seg.first_offset)

@@ -13,6 +13,7 @@ import warnings
 from typing import NamedTuple
 
 from .errors import CorruptionError, CorruptionWarning
+from .fsutil import open_file
 from .index import SparseIndex
 from .layout import Segment, index_path
 from .segment import CHUNK, Walk, walk, walk_tail
@@ -47,7 +48,7 @@ def recover_tail(dir: str, seg: Segment, strict: bool = False) -> Tail:
 
     With `strict`, nothing is changed and a bad tail raises CorruptionError.
     """
-    with open(seg.path, "r+b") as f:
+    with open_file(seg.path, "r+b") as f:
         fd = f.fileno()
         w, index, on_disk = walk_tail(index_path(dir, seg.first_offset), seg, fd)
         if w.problem is not None and len(index):

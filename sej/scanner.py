@@ -11,6 +11,7 @@ from typing import Literal
 
 from .errors import ClosedError, CorruptionError, InvalidArgumentError, OffsetOutOfRangeError, TruncatedError
 from .frames import MAX_OFFSET, Message
+from .fsutil import open_file
 from .journal import next_offset, offset_at_time
 from .layout import Segment, find_segment, index_path, journal_path, list_segments, segment_dir, segment_path
 from .segment import read_messages, seek_entry
@@ -28,7 +29,7 @@ class _Open:
     def __init__(self, seg: Segment) -> None:
         self.first = seg.first_offset
         self.path = seg.path
-        self.file = open(seg.path, "rb")
+        self.file = open_file(seg.path)
         self.fd = self.file.fileno()
         self.ino = os.fstat(self.fd).st_ino
         self.pos = 0  # file position of the next frame

@@ -25,6 +25,7 @@ from .frames import (
     frame_total,
     walk_frames,
 )
+from .fsutil import open_file
 from .index import Entry, SparseIndex
 from .layout import Segment
 
@@ -336,7 +337,7 @@ def tail(dir_index_path: str, seg: Segment) -> tuple[Walk, SparseIndex, bool]:
     Returns the walk, the index completed on the way, and whether the index
     file on disk already held exactly that index.
     """
-    with open(seg.path, "rb") as f:
+    with open_file(seg.path) as f:
         return walk_tail(dir_index_path, seg, f.fileno())
 
 

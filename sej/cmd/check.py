@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..frames import HEADER, NO_TIMESTAMP
+from ..fsutil import open_file
 from ..index import Entry
 from ..layout import Segment, list_segments
 from ..segment import walk
@@ -76,7 +77,7 @@ def verify_journal(j: Journal, tick: Callable[[int], None], writer_running: bool
 def _walk_segment(
     seg: Segment, last: bool, writer_running: bool | None, report: Report
 ) -> tuple[int, Problem | None, int]:
-    with open(seg.path, "rb") as f:
+    with open_file(seg.path) as f:
         fd = f.fileno()
         size = os.fstat(fd).st_size
         w = walk(fd, Entry(seg.first_offset, 0, NO_TIMESTAMP), size)

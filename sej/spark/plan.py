@@ -7,6 +7,7 @@ from typing import NamedTuple
 
 from pyspark.sql.datasource import InputPartition
 
+from ..fsutil import open_file
 from ..layout import Segment, index_path, list_segments
 from ..segment import seek_index
 from ..shard.name import is_shard_name
@@ -114,7 +115,7 @@ def plan_range(
 
 def _cuts(jpath: str, seg: Segment, is_last: bool, max_bytes: int) -> list[tuple[int, int, int]]:
     """(start byte, first offset, end byte) pieces of a segment, cut at index entries every ~max_bytes."""
-    with open(seg.path, "rb") as f:
+    with open_file(seg.path) as f:
         size = os.fstat(f.fileno()).st_size
         if size <= max_bytes:
             return [(0, seg.first_offset, size)]

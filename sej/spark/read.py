@@ -31,6 +31,7 @@ from ..frames import (
     frame_at,
     frame_total,
 )
+from ..fsutil import open_file
 from ..segment import MAX_READ
 from .plan import SegmentPart
 
@@ -249,7 +250,7 @@ def micros(ns: pa.Array) -> pa.Array:
 def read_part(p: SegmentPart) -> Iterator[pa.RecordBatch]:
     """Decode the frames of a partition into Arrow batches of the schema's columns (one per chunk read)."""
     try:
-        f = open(p.path, "rb")
+        f = open_file(p.path)
     except FileNotFoundError:
         if p.missing_ok:
             warnings.warn(f"sej: {p.path} was deleted before it was read; skipping it", CorruptionWarning, stacklevel=2)
