@@ -13,13 +13,13 @@ import click
 
 from ..errors import LockedError, SejError
 from ..journal import last_messages, next_offset
-from ..layout import index_dir, index_path, list_segments, segment_dir, writer_lock_path
+from ..layout import list_segments, writer_lock_path
 from ..lock import lock_file, unlock_file
-from ..recovery import fsync_dir, recover_tail
-from ..retention import lock_retention
+from ..recovery import recover_tail
+from ..retention import Deletion, RetentionPlan, apply_retention, lock_retention, plan_retention
 from ..scanner import Scanner
 from ..shard import Journal
-from ..timestamps import format_time
+from ..timestamps import NS, format_time
 from .check import Problem, Report, total_bytes, verify_journal
 from .errors import Failure
 from .output import human_bytes, pairs, table
@@ -237,8 +237,8 @@ def old(dir: str, days: float, delete: bool) -> int:
     """
     journals = journals_at(dir)
     several = len(journals) > 1
-    cutoff = time.time() - days * 86400
-    found: list[tuple[Journal, str, int, int, float, int]] = []
+    now_ns = time.time_ns()
+    plans: list[tuple[Journal, RetentionPlan]] = []
     failed = 0
     for j in journals:
         rs = readers(j.path)
@@ -252,42 +252,28 @@ def old(dir: str, days: float, delete: bool) -> int:
                 click.echo(f"sej: error: reader {r.name}: {r.error}", err=True)
             failed += 1
             continue
-        segs = list_segments(j.path)
-        start = segs[0].first_offset if segs else 0
-        low = min(start if r.committed is None else r.committed for r in rs)
-        for seg, later in zip(segs, segs[1:]):  # never the last segment
-            st = os.stat(seg.path)
-            last = later.first_offset - 1
-            if not (last < low and st.st_mtime < cutoff):
-                break
-            found.append((j, seg.path, seg.first_offset, last, st.st_mtime, st.st_size))
-    now = time.time()
+        plan = plan_retention(j.path, max_age=days * 86400, now_ns=now_ns, age_of="mtime")
+        if plan.deletions:
+            plans.append((j, plan))
+    found = [(j, d) for j, plan in plans for d in plan.deletions]
     if found:
-        rows = [[*([j.name] if several else []), os.path.basename(path), first, last, f"{(now - mtime) / 86400:.1f}d",
-                 size] for j, path, first, last, mtime, size in found]  # fmt: skip
+        rows = [[*([j.name] if several else []), os.path.basename(d.segment.path), d.segment.first_offset,
+                 d.end_offset - 1, f"{(now_ns - (d.newest_ns or 0)) / NS / 86400:.1f}d", d.size]
+                for j, d in found]  # fmt: skip
         headers = ["SEGMENT", "FIRST", "LAST", "AGE", "BYTES"]
         click.echo(table(["JOURNAL", *headers] if several else headers, rows))
-    size = sum(f[5] for f in found)
+    size = sum(d.size for _, d in found)
     if not found:
         click.echo(f"no segment is both passed by every reader and older than {days:g} days")
     elif not delete:
         click.echo(f"{_n(len(found), 'segment')}, {size} bytes; add --delete to delete them")
     else:
+        deleted: list[Deletion] = []
         with ExitStack() as locks:
-            jpaths = sorted({j.path for j, *_ in found})
-            for jpath in jpaths:  # never at the same time as a retention run (scripts/retention.py)
-                locks.callback(unlock_file, lock_retention(jpath))
+            for j, _plan in plans:  # never at the same time as a retention run (sej-retention)
+                locks.callback(unlock_file, lock_retention(j.path))
             with progress(len(found), "deleting") as tick:
-                for j, path, first, _last, _mtime, _size in found:
-                    os.remove(path)
-                    fsync_dir(segment_dir(j.path))  # one at a time: a crash can never leave a gap in the journal
-                    try:
-                        os.remove(index_path(j.path, first))
-                    except FileNotFoundError:
-                        pass
-                    tick(1)
-            for jpath in jpaths:
-                if os.path.isdir(index_dir(jpath)):
-                    fsync_dir(index_dir(jpath))
-        click.echo(f"deleted {_n(len(found), 'segment')}, {size} bytes")
+                for _j, plan in plans:
+                    deleted += apply_retention(plan, on_delete=lambda _d: tick(1)).deleted
+        click.echo(f"deleted {_n(len(deleted), 'segment')}, {sum(d.size for d in deleted)} bytes")
     return 1 if failed else 0

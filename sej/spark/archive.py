@@ -36,10 +36,11 @@ from typing import Any, NamedTuple
 from urllib.parse import unquote
 
 from ..errors import DataLossError, InvalidArgumentError, SejError
-from ..layout import check_reader_name, journal_path, list_readers, list_segments, reader_offset_path
+from ..layout import check_reader_name, journal_path, list_segments, reader_offset_path
 from ..lock import lock_file, unlock_file
 from ..offset import Offset, read_offset_file
 from ..recovery import fsync_dir
+from ..retention import reader_floor
 from .plan import Source, find_sources
 
 LOCK_NAME = ".archive.lck"
@@ -183,12 +184,8 @@ def plan_journal(src: Source, reader: str, *, register: bool) -> JournalReport:
     segments = list_segments(src.path)
     first = segments[0].first_offset if segments else 0
     sealed_end = segments[-1].first_offset if segments else first
-    others = []
-    for name in list_readers(src.path):
-        if name != reader:
-            value = read_offset_file(reader_offset_path(src.path, name))
-            others.append(first if value is None else value)  # nothing committed: it still needs everything
-    readers_end = min(others) if others else None
+    # The other readers' floor (one with nothing committed still needs everything); None without others.
+    readers_end = reader_floor(src.path, first, exclude=(reader,)).offset
     if register:
         with Offset(src.path, reader) as o:
             a = o.value
