@@ -15,9 +15,9 @@ from typing import IO
 from . import index as idx
 from .errors import CorruptionError
 from .frames import NO_TIMESTAMP
-from .fsutil import open_file
+from .fsutil import fsync_dir, open_file
 from .layout import index_dir, index_path, list_segments, segment_dir, segment_path
-from .recovery import fsync_dir, recover_tail
+from .recovery import recover_tail
 
 
 class SegmentAppender:

@@ -1,4 +1,6 @@
-"""Opening files in a tree sej does not trust: never through a symlink, never a FIFO or a device.
+"""File-system helpers: safe opens in trees sej does not trust, fsync of directories, atomic writes.
+
+Opening files in a tree sej does not trust: never through a symlink, never a FIFO or a device.
 
 A producer's journals (read by the hub), reader offset files (read by retention)
 and lock files may have been replaced by anything. Every open here
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import errno
 import os
+import secrets
 import stat
 from typing import IO
 
@@ -154,3 +157,75 @@ def open_lock_file(path: str) -> int:
 
 
 __all__ = ["create_exclusive", "kind", "open_dir", "open_lock_file", "open_regular", "read_regular"]
+
+
+def fsync_dir(path: str) -> None:
+    """fsync a directory: make the creation, rename or removal of its entries durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def temp_name(name: str) -> str:
+    """An unpredictable temp file name beside `name`: `<name>.<16 hex digits>.tmp`."""
+    return f"{name}.{secrets.token_hex(8)}.tmp"
+
+
+def atomic_write(
+    name: str, data: bytes, *, dir_fd: int | None = None, show: str | None = None, durable: bool = True
+) -> None:
+    """Replace the file `name` (relative to `dir_fd`, if given) with `data`, atomically.
+
+    The temp file beside it (temp_name) is created exclusively (O_CREAT|O_EXCL|O_NOFOLLOW:
+    it never follows a symlink nor reuses a file), written, fsynced when `durable`, and
+    renamed over `name` (a rename replaces the name and follows nothing); then, when
+    `durable`, the directory is fsynced. An existing `name` that is not a regular file (a
+    symlink, a FIFO) raises UnsafeFileError and is left alone. `show` names it in errors.
+    """
+    where = show or name
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        pass
+    else:
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafeFileError(where, kind(st.st_mode))
+    tmp = temp_name(name)
+    fd = create_exclusive(tmp, dir_fd=dir_fd)
+    try:
+        try:
+            view, done = memoryview(data), 0
+            while done < len(view):
+                done += os.write(fd, view[done:])
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        try:
+            os.unlink(tmp, dir_fd=dir_fd)
+        except OSError:
+            pass
+        raise
+    if not durable:
+        return
+    if dir_fd is not None:
+        os.fsync(dir_fd)
+    else:
+        fsync_dir(os.path.dirname(name) or ".")
+
+
+def allow_open_files(needed: int) -> None:
+    """Raise this process's soft limit on open files toward `needed` (each open journal holds two)."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY and soft < needed:
+            target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ImportError, ValueError, OSError):
+        pass  # keep the limit; opening a shard past it fails with EMFILE

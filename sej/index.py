@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 from .errors import UnsafeFileError
 from .frames import INDEX_INTERVAL, NO_TIMESTAMP
-from .fsutil import read_regular
+from .fsutil import atomic_write, read_regular
 
 MAGIC = b"SEJIDX01"
 FILE_HEADER = struct.Struct(">8sQ")
@@ -101,11 +101,7 @@ def load(path: str, first_offset: int) -> SparseIndex | None:
 def save(path: str, index: SparseIndex) -> None:
     """Write an index file atomically (temp file and rename). No fsync: it is derived data."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(FILE_HEADER.pack(MAGIC, index.first_offset))
-        f.write(index.data)
-    os.replace(tmp, path)
+    atomic_write(path, FILE_HEADER.pack(MAGIC, index.first_offset) + index.data, durable=False)
 
 
 class Appender:

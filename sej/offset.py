@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
 import stat
 import struct
 import time
 from typing import IO, Literal
 
-from .errors import ClosedError, CorruptionError, InvalidArgumentError, UnsafeFileError
+from .errors import ClosedError, CorruptionError, InvalidArgumentError
 from .frames import MAX_OFFSET
-from .fsutil import create_exclusive, kind, open_dir, read_regular
+from .fsutil import atomic_write, open_dir, read_regular
 from .journal import first_offset, next_offset
 from .layout import check_reader_name, journal_path, offset_dir, reader_lock_path, reader_offset_path
 from .lock import lock_file, unlock_file
-from .recovery import fsync_dir
 
 U64 = struct.Struct(">Q")
 
@@ -72,35 +70,7 @@ def write_offset_at(name: str, value: int, *, dir_fd: int | None = None, show: s
     directory is fsynced. An existing `name` that is not a regular file (a symlink, a
     FIFO) raises UnsafeFileError and is left alone. `show` names the file in errors.
     """
-    where = show or name
-    try:
-        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    except FileNotFoundError:
-        pass
-    else:
-        if not stat.S_ISREG(st.st_mode):
-            raise UnsafeFileError(where, kind(st.st_mode))
-    tmp = f"{name}.{secrets.token_hex(8)}.tmp"
-    fd = create_exclusive(tmp, dir_fd=dir_fd)
-    try:
-        try:
-            data = U64.pack(value)
-            if os.write(fd, data) != len(data):
-                raise OSError(f"short write to {where}")
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-    except BaseException:
-        try:
-            os.unlink(tmp, dir_fd=dir_fd)
-        except OSError:
-            pass
-        raise
-    if dir_fd is not None:
-        os.fsync(dir_fd)
-    else:
-        fsync_dir(os.path.dirname(name) or ".")
+    atomic_write(name, U64.pack(value), dir_fd=dir_fd, show=show)
 
 
 def remove_stale_temps(dir_fd: int, now: float | None = None) -> list[str]:

@@ -13,9 +13,9 @@ import warnings
 from typing import NamedTuple
 
 from .errors import CorruptionError, CorruptionWarning
-from .fsutil import open_file
+from .fsutil import fsync_dir, open_file
 from .index import SparseIndex
-from .layout import Segment, index_path
+from .layout import Segment, index_path, quarantine_name
 from .segment import CHUNK, Walk, walk, walk_tail
 
 log = logging.getLogger("sej.recovery")
@@ -32,15 +32,7 @@ class Tail(NamedTuple):
 
 def quarantine_path(segment_path: str, position: int) -> str:
     """Where bytes cut from `segment_path` at `position` are kept."""
-    return f"{segment_path}.cut-{position}-{time.time_ns()}"
-
-
-def fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    return quarantine_name(segment_path, position, time.time_ns())
 
 
 def recover_tail(dir: str, seg: Segment, strict: bool = False) -> Tail:

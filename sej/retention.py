@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -33,7 +32,9 @@ from typing import IO, Literal, NamedTuple
 
 from .errors import CorruptionError, InvalidArgumentError
 from .frames import NO_TIMESTAMP
+from .fsutil import fsync_dir
 from .layout import (
+    RETENTION_LOCK,
     Segment,
     check_reader_name,
     index_dir,
@@ -41,21 +42,20 @@ from .layout import (
     journal_path,
     list_readers,
     list_segments,
+    parse_index_name,
     reader_offset_path,
     segment_dir,
 )
 from .lock import lock_file
 from .offset import read_offset_file
-from .recovery import fsync_dir
 from .segment import tail
 
-LOCK_NAME = "retention.lck"
+LOCK_NAME = RETENTION_LOCK
 """The lock file a retention run holds in each journal directory (beside jnl.lck)."""
 
 NS = 10**9
 MAX_AGE = 1e11
 """Seconds (about 3000 years): a longer max_age is taken as this, beyond any 64-bit nanosecond time."""
-_INDEX_RE = re.compile(r"\A([0-9a-f]{16})\.idx\Z")
 
 
 class Deletion(NamedTuple):
@@ -363,8 +363,8 @@ def _orphan_indexes(path: str, first_kept: int | None) -> list[str]:
         return []
     found = []
     for name in names:
-        m = _INDEX_RE.match(name)
-        if m and int(m.group(1), 16) < first_kept:
+        first = parse_index_name(name)
+        if first is not None and first < first_kept:
             found.append(os.path.join(index_dir(path), name))
     return sorted(found)
 

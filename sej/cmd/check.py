@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from ..frames import HEADER, NO_TIMESTAMP
 from ..fsutil import open_file
 from ..index import Entry
-from ..layout import Segment, list_segments
+from ..layout import Segment, is_quarantine_name, list_segments, segment_dir
 from ..segment import walk
 from ..shard import Journal
 
@@ -104,12 +104,12 @@ def _walk_segment(
 
 
 def _quarantine_files(dir: str) -> list[tuple[str, int]]:
-    jdir = os.path.join(dir, "jnl")
+    jdir = segment_dir(dir)
     out = []
     try:
         with os.scandir(jdir) as entries:
             for e in entries:
-                if ".jnl.cut-" in e.name and e.is_file():
+                if is_quarantine_name(e.name) and e.is_file(follow_symlinks=False):
                     out.append((e.name, e.stat().st_size))
     except FileNotFoundError:
         pass

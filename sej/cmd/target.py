@@ -11,10 +11,10 @@ import os
 from typing import NamedTuple
 
 from ..errors import CorruptionError, UnsafeFileError
+from ..fsutil import allow_open_files
 from ..layout import list_readers, parse_segment_name, reader_offset_path, writer_lock_path
 from ..offset import read_offset_file
 from ..shard import Journal, find_journals
-from ..shard.writer import allow_open_files
 from .errors import usage
 
 

@@ -21,7 +21,7 @@ from .. import index as idx
 from ..appender import SegmentAppender
 from ..errors import SejError
 from ..frames import HEADER, I32, NO_TIMESTAMP, frame_total, walk_frames
-from ..layout import list_segments, segment_name, writer_lock_path
+from ..layout import index_dir, list_segments, segment_dir, segment_name, writer_lock_path
 from ..lock import lock_file, unlock_file
 from ..segment import chain_back, next_entry_after
 from .names import destination_name
@@ -56,7 +56,8 @@ class _Destination:
 
     def __init__(self, dir: str) -> None:
         self.dir = dir
-        os.makedirs(dir, exist_ok=True)
+        os.makedirs(segment_dir(dir), exist_ok=True)  # a journal, also before its first segment
+        os.makedirs(index_dir(dir), exist_ok=True)
         self.lock = lock_file(writer_lock_path(dir))
         self.seg: SegmentAppender | None = None
         self.next: int | None = None

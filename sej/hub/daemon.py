@@ -38,6 +38,7 @@ from typing import IO
 import paramiko
 
 from ..errors import SejError
+from ..layout import HUB_LOCK
 from ..lock import lock_file
 from .config import ClientConfig, HubConfig
 from .copy import JournalOutcome, copy_all
@@ -76,7 +77,7 @@ SUMMARY_INTERVAL = 60.0
 SUPERVISE_INTERVAL = 0.1
 """How often `run_forever`'s calling thread looks at `stop` (it never waits on it: see run_forever)."""
 
-LOCK_NAME = ".hub.lck"
+LOCK_NAME = HUB_LOCK
 """The lock file in hub_root that one hub process (sej-hub, or a cron run) holds at a time."""
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import os
 import posixpath
-import secrets
 import stat
 import struct
 from collections.abc import Callable, Iterator
@@ -19,8 +18,8 @@ from typing import NamedTuple, Protocol
 import paramiko
 
 from ..errors import CorruptionError, InvalidArgumentError, SejError, UnsafeFileError
-from ..fsutil import kind, open_dir, open_regular
-from ..layout import check_reader_name, parse_segment_name, segment_name
+from ..fsutil import kind, open_dir, open_regular, temp_name
+from ..layout import OFFSET_DIR, SEGMENT_DIR, offset_file_name, parse_segment_name, segment_name
 from ..offset import read_offset_at, remove_stale_temps, write_offset_at
 from .names import check_journal_name, check_segment_name
 
@@ -90,7 +89,7 @@ class LocalSource:
         root = os.path.abspath(root)
         if not os.path.isdir(root):
             raise InvalidArgumentError(f"source {root} is not a directory")
-        is_journal = os.path.lexists(os.path.join(root, "jnl"))
+        is_journal = os.path.lexists(os.path.join(root, SEGMENT_DIR))
         self.root = os.path.dirname(root) if is_journal else root
         self._only: list[str] | None = [check_journal_name(os.path.basename(root))] if is_journal else None
 
@@ -110,7 +109,7 @@ class LocalSource:
                         log.warning("%s: skipping %s: a symlink, not a journal directory", self.root, name)
                     continue
                 try:
-                    jnl = os.stat(os.path.join(e.path, "jnl"), follow_symlinks=False).st_mode
+                    jnl = os.stat(os.path.join(e.path, SEGMENT_DIR), follow_symlinks=False).st_mode
                 except FileNotFoundError:
                     continue
                 except OSError as err:
@@ -149,10 +148,10 @@ class LocalSource:
                 os.close(fd)
 
     def segments(self, journal: str) -> list[SourceSegment]:
-        jdir = os.path.join(self.root, check_journal_name(journal), "jnl")
+        jdir = os.path.join(self.root, check_journal_name(journal), SEGMENT_DIR)
         entries = []
         try:
-            with self._dir(journal, "jnl") as fd, os.scandir(fd) as it:
+            with self._dir(journal, SEGMENT_DIR) as fd, os.scandir(fd) as it:
                 for e in it:
                     if parse_segment_name(e.name) is None:
                         continue  # quarantine files, index files, anything else
@@ -171,32 +170,32 @@ class LocalSource:
 
     def read(self, journal: str, name: str, pos: int, size: int) -> bytes:
         seg = segment_name(check_segment_name(name))
-        with self._dir(journal, "jnl") as d:
-            fd = open_regular(seg, dir_fd=d, show=os.path.join(self.root, journal, "jnl", seg))
+        with self._dir(journal, SEGMENT_DIR) as d:
+            fd = open_regular(seg, dir_fd=d, show=os.path.join(self.root, journal, SEGMENT_DIR, seg))
         try:
             return os.pread(fd, size, pos)
         finally:
             os.close(fd)
 
     def read_offset(self, journal: str, reader: str) -> int | None:
-        name = check_reader_name(reader) + ".ofs"
+        name = offset_file_name(reader)
         try:
-            with self._dir(journal, "ofs") as d:
-                return read_offset_at(name, dir_fd=d, show=os.path.join(self.root, journal, "ofs", name))
+            with self._dir(journal, OFFSET_DIR) as d:
+                return read_offset_at(name, dir_fd=d, show=os.path.join(self.root, journal, OFFSET_DIR, name))
         except FileNotFoundError:
             return None  # no ofs/ yet
         except CorruptionError:
             return None  # a malformed file is replaced by the next commit
 
     def commit_offset(self, journal: str, reader: str, value: int) -> None:
-        name = check_reader_name(reader) + ".ofs"
+        name = offset_file_name(reader)
         with self._dir(journal) as jfd:
             try:
-                os.mkdir("ofs", 0o755, dir_fd=jfd)
+                os.mkdir(OFFSET_DIR, 0o755, dir_fd=jfd)
             except FileExistsError:
                 pass
-            where = os.path.join(self.root, journal, "ofs")
-            ofs = open_dir("ofs", dir_fd=jfd, show=where)
+            where = os.path.join(self.root, journal, OFFSET_DIR)
+            ofs = open_dir(OFFSET_DIR, dir_fd=jfd, show=where)
             try:
                 write_offset_at(name, value, dir_fd=ofs, show=os.path.join(where, name))
                 remove_stale_temps(ofs)  # of commits that were killed (see sej.offset.STALE_TEMP_AGE)
@@ -204,7 +203,7 @@ class LocalSource:
                 os.close(ofs)
 
     def describe(self, journal: str, name: str = "") -> str:
-        return os.path.join(self.root, journal, "jnl", name) if name else os.path.join(self.root, journal)
+        return os.path.join(self.root, journal, SEGMENT_DIR, name) if name else os.path.join(self.root, journal)
 
     def close(self) -> None:
         pass
@@ -227,7 +226,7 @@ class SftpSource:
         self.label = label  # user@host:port, for messages
         root = posixpath.normpath(root)
         try:
-            sftp.lstat(posixpath.join(root, "jnl"))
+            sftp.lstat(posixpath.join(root, SEGMENT_DIR))
             is_journal = True
         except FileNotFoundError:
             is_journal = False
@@ -256,7 +255,7 @@ class SftpSource:
             except InvalidArgumentError:
                 continue
             try:
-                jnl = self.sftp.lstat(posixpath.join(self.root, name, "jnl")).st_mode or 0
+                jnl = self.sftp.lstat(posixpath.join(self.root, name, SEGMENT_DIR)).st_mode or 0
             except FileNotFoundError:
                 continue
             except _TRANSPORT_ERRORS as e:
@@ -289,9 +288,9 @@ class SftpSource:
         return attrs
 
     def segments(self, journal: str) -> list[SourceSegment]:
-        jdir = posixpath.join(self.root, check_journal_name(journal), "jnl")
+        jdir = posixpath.join(self.root, check_journal_name(journal), SEGMENT_DIR)
         try:
-            self._check_dirs(journal, "jnl")
+            self._check_dirs(journal, SEGMENT_DIR)
             listed = self.sftp.listdir_attr(jdir)
         except _TRANSPORT_ERRORS as e:
             raise SourceError(f"{self.label}:{jdir}: {e}") from None
@@ -308,7 +307,9 @@ class SftpSource:
         return _valid_segments(entries, jdir)
 
     def read(self, journal: str, name: str, pos: int, size: int) -> bytes:
-        path = posixpath.join(self.root, check_journal_name(journal), "jnl", segment_name(check_segment_name(name)))
+        path = posixpath.join(
+            self.root, check_journal_name(journal), SEGMENT_DIR, segment_name(check_segment_name(name))
+        )
         try:
             self._lstat_is(path, stat.S_ISREG, "a regular file")  # never open a FIFO: it would hang the server
             with self.sftp.open(path, "rb") as f:
@@ -327,9 +328,9 @@ class SftpSource:
             raise SourceError(f"{self.label}:{path}: {e}") from None
 
     def read_offset(self, journal: str, reader: str) -> int | None:
-        path = posixpath.join(self.root, check_journal_name(journal), "ofs", check_reader_name(reader) + ".ofs")
+        path = posixpath.join(self.root, check_journal_name(journal), OFFSET_DIR, offset_file_name(reader))
         try:
-            self._check_dirs(journal, "ofs")
+            self._check_dirs(journal, OFFSET_DIR)
             self._lstat_is(path, stat.S_ISREG, "a regular file")
             with self.sftp.open(path, "rb") as f:
                 attrs = f.stat()
@@ -344,16 +345,16 @@ class SftpSource:
 
     def commit_offset(self, journal: str, reader: str, value: int) -> None:
         jdir = posixpath.join(self.root, check_journal_name(journal))
-        ofs = posixpath.join(jdir, "ofs")
-        final = posixpath.join(ofs, check_reader_name(reader) + ".ofs")
-        tmp = f"{final}.{secrets.token_hex(8)}.tmp"
+        ofs = posixpath.join(jdir, OFFSET_DIR)
+        final = posixpath.join(ofs, offset_file_name(reader))
+        tmp = temp_name(final)
         try:
             self._check_dirs(journal)
             try:
                 self.sftp.mkdir(ofs)
             except OSError:
                 pass  # it exists (or the check below says what it is)
-            self._check_dirs(journal, "ofs")
+            self._check_dirs(journal, OFFSET_DIR)
             try:
                 self._lstat_is(final, stat.S_ISREG, "a regular file")  # a symlink or FIFO there is not replaced
             except FileNotFoundError:
@@ -375,7 +376,7 @@ class SftpSource:
             raise SourceError(f"{self.label}:{final}: {e}") from None
 
     def describe(self, journal: str, name: str = "") -> str:
-        path = posixpath.join(self.root, journal, "jnl", name) if name else posixpath.join(self.root, journal)
+        path = posixpath.join(self.root, journal, SEGMENT_DIR, name) if name else posixpath.join(self.root, journal)
         return f"{self.label}:{path}"
 
     def close(self) -> None:

@@ -36,14 +36,14 @@ from typing import Any, NamedTuple
 from urllib.parse import unquote
 
 from ..errors import DataLossError, InvalidArgumentError, SejError
-from ..layout import check_reader_name, journal_path, list_segments, reader_offset_path
+from ..fsutil import fsync_dir
+from ..layout import ARCHIVE_LOCK, check_reader_name, journal_path, list_segments, reader_offset_path
 from ..lock import lock_file, unlock_file
 from ..offset import Offset, read_offset_file
-from ..recovery import fsync_dir
 from ..retention import reader_floor
 from .plan import Source, find_sources
 
-LOCK_NAME = ".archive.lck"
+LOCK_NAME = ARCHIVE_LOCK
 STAGING_DIR = "_staging"
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 FILE_RE = re.compile(r"\A([0-9a-f]{16})-([0-9a-f]{16})-([0-9]+)\.parquet\Z")
