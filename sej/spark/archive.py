@@ -40,7 +40,9 @@ from ..layout import check_reader_name, journal_path, list_readers, list_segment
 from ..lock import lock_file, unlock_file
 from ..offset import Offset, read_offset_file
 from ..recovery import fsync_dir
-from .plan import Source, find_sources
+from .plan import JournalSource, find_sources
+from .schema import SPARK_TYPES
+from .source import register
 
 LOCK_NAME = ".archive.lck"
 STAGING_DIR = "_staging"
@@ -178,7 +180,7 @@ def _locked(lock: str) -> Iterator[None]:
         unlock_file(fh)
 
 
-def plan_journal(src: Source, reader: str, *, register: bool) -> JournalReport:
+def plan_journal(src: JournalSource, reader: str, *, register: bool) -> JournalReport:
     """The range [a, b) of one journal that a run archives; `register` creates the reader's offset at a."""
     segments = list_segments(src.path)
     first = segments[0].first_offset if segments else 0
@@ -219,8 +221,6 @@ def stage(spark: Any, root: str, plans: list[JournalReport], staging: str) -> No
     except Exception as e:  # a session not made by sej.spark.spark_session: register the format once
         if "DATA_SOURCE_NOT_FOUND" not in str(e):
             raise
-        from . import register
-
         register(spark)
         df = reader.load(root)
     df = df.withColumn("date", F.expr(DATE_EXPR)).select(*DATA_COLUMNS, *PARTITION_COLUMNS)
@@ -241,9 +241,7 @@ def archive_schema() -> Any:
     """
     from pyspark.sql.types import DateType, StructField, StructType
 
-    from .batch import SCHEMA
-
-    types = {f.name: f.dataType for f in SCHEMA.fields} | {"date": DateType()}
+    types = SPARK_TYPES | {"date": DateType()}
     return StructType([StructField(c, types[c], True) for c in (*DATA_COLUMNS, *PARTITION_COLUMNS)])
 
 
