@@ -41,7 +41,9 @@ from ..layout import ARCHIVE_LOCK, check_reader_name, journal_path, list_segment
 from ..lock import lock_file, unlock_file
 from ..offset import Offset, read_offset_file
 from ..retention import reader_floor
-from .plan import Source, find_sources
+from .plan import JournalSource, find_sources
+from .schema import SPARK_TYPES
+from .source import register
 
 LOCK_NAME = ARCHIVE_LOCK
 STAGING_DIR = "_staging"
@@ -179,7 +181,7 @@ def _locked(lock: str) -> Iterator[None]:
         unlock_file(fh)
 
 
-def plan_journal(src: Source, reader: str, *, register: bool) -> JournalReport:
+def plan_journal(src: JournalSource, reader: str, *, register: bool) -> JournalReport:
     """The range [a, b) of one journal that a run archives; `register` creates the reader's offset at a."""
     segments = list_segments(src.path)
     first = segments[0].first_offset if segments else 0
@@ -216,8 +218,6 @@ def stage(spark: Any, root: str, plans: list[JournalReport], staging: str) -> No
     except Exception as e:  # a session not made by sej.spark.spark_session: register the format once
         if "DATA_SOURCE_NOT_FOUND" not in str(e):
             raise
-        from . import register
-
         register(spark)
         df = reader.load(root)
     df = df.withColumn("date", F.expr(DATE_EXPR)).select(*DATA_COLUMNS, *PARTITION_COLUMNS)
@@ -238,9 +238,7 @@ def archive_schema() -> Any:
     """
     from pyspark.sql.types import DateType, StructField, StructType
 
-    from .batch import SCHEMA
-
-    types = {f.name: f.dataType for f in SCHEMA.fields} | {"date": DateType()}
+    types = SPARK_TYPES | {"date": DateType()}
     return StructType([StructField(c, types[c], True) for c in (*DATA_COLUMNS, *PARTITION_COLUMNS)])
 
 

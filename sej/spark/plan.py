@@ -16,8 +16,12 @@ from ..shard.root import find_journals
 MAX_BYTES_PER_PARTITION = 64 << 20
 
 
-class Source(NamedTuple):
-    """One journal under a loaded path: its `name` in offset options, and its client/shard columns."""
+class JournalSource(NamedTuple):
+    """One journal under the loaded path that a read takes rows from.
+
+    `name` is its name in the offset options (its directory's name under a root, "" for a
+    lone journal), `path` its directory, `client` and `shard` its rows' column values.
+    """
 
     name: str
     path: str
@@ -35,12 +39,12 @@ def split_name(name: str) -> tuple[str | None, str]:
     return (client, shard) if shard else (None, name)
 
 
-def find_sources(path: str) -> list[Source]:
+def find_sources(path: str) -> list[JournalSource]:
     """The journals under `path` (a journal, a sharded root or a hub root)."""
     out = []
     for j in find_journals(path):
         client, shard = split_name(j.name)
-        out.append(Source(j.name, j.path, client, shard or os.path.basename(os.path.normpath(j.path))))
+        out.append(JournalSource(j.name, j.path, client, shard or os.path.basename(os.path.normpath(j.path))))
     return out
 
 
@@ -75,7 +79,7 @@ class SegmentPart(InputPartition):
 
 
 def plan_range(
-    src: Source,
+    src: JournalSource,
     lo: int,
     hi: int,
     *,
@@ -128,4 +132,4 @@ def _cuts(jpath: str, seg: Segment, is_last: bool, max_bytes: int) -> list[tuple
     return [(pos, first, cuts[k + 1][0] if k + 1 < len(cuts) else size) for k, (pos, first) in enumerate(cuts)]
 
 
-__all__ = ["MAX_BYTES_PER_PARTITION", "SegmentPart", "Source", "find_sources", "plan_range", "split_name"]
+__all__ = ["MAX_BYTES_PER_PARTITION", "JournalSource", "SegmentPart", "find_sources", "plan_range", "split_name"]

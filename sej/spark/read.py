@@ -34,18 +34,7 @@ from ..frames import (
 from ..fsutil import open_file
 from ..segment import MAX_READ
 from .plan import SegmentPart
-
-ARROW_SCHEMA = pa.schema(
-    [
-        pa.field("client", pa.string(), True),
-        pa.field("shard", pa.string(), False),
-        pa.field("offset", pa.int64(), False),
-        pa.field("timestamp", pa.timestamp("us", tz="UTC"), True),
-        pa.field("type", pa.int32(), False),
-        pa.field("key", pa.binary(), False),
-        pa.field("value", pa.binary(), False),
-    ]
-)
+from .schema import ARROW_SCHEMA
 
 READ_CHUNK = 8 << 20
 """Bytes read by one pread; each chunk's frames become one record batch."""
@@ -63,7 +52,11 @@ KEY_SIZE_AT = HEADER_SIZE - 1  # the key_size byte
 VALUE_AT = HEADER_SIZE + SIZE_FIELD  # the value, after a key of size 0
 _I64_MAX = 2**63 - 1
 _I64 = pa.int64()
-_BIN = pa.binary()
+# The column types of the batches, from the schema:
+_BIN = ARROW_SCHEMA.field("key").type
+_STRING = ARROW_SCHEMA.field("shard").type
+_TYPE = ARROW_SCHEMA.field("type").type
+_TIMESTAMP = ARROW_SCHEMA.field("timestamp").type
 
 
 class Columns(NamedTuple):
@@ -143,7 +136,7 @@ def _listed(
     cols = Columns(
         pa.array(offs, _I64),
         pa.array(tss, _I64),
-        pa.array(typs, pa.int32()),
+        pa.array(typs, _TYPE),
         pa.array(keys, _BIN),
         pa.array(vals, _BIN),
     )
@@ -192,7 +185,7 @@ def _run(
     return k, Columns(
         offsets,
         _be64(frames, 8),
-        types.cast(pa.int32()),
+        types.cast(_TYPE),
         pc.binary_slice(frames, HEADER_SIZE, HEADER_SIZE + ks).cast(_BIN),
         pc.binary_slice(frames, VALUE_AT + ks, VALUE_AT + ks + vs).cast(_BIN),
     )
@@ -244,7 +237,7 @@ def micros(ns: pa.Array) -> pa.Array:
         us = pc.subtract(us, pc.less(rest, pa.scalar(0, _I64)).cast(_I64))
     if pc.any(sentinel).as_py():
         us = pc.if_else(sentinel, pa.scalar(None, _I64), us)
-    return us.cast(pa.timestamp("us", tz="UTC"))
+    return us.cast(_TIMESTAMP)
 
 
 def read_part(p: SegmentPart) -> Iterator[pa.RecordBatch]:
@@ -290,6 +283,14 @@ def read_part(p: SegmentPart) -> Iterator[pa.RecordBatch]:
             raise CorruptionError(p.path, base, f"the frames end at offset {expect}, before offset {p.upto}")
 
 
+def read_partition(partition: object) -> Iterator[pa.RecordBatch]:
+    """The readers' `read`: read_part of a SegmentPart; nothing for anything else (Spark reads one
+    InputPartition(None) when a plan has no partitions)."""
+    if not isinstance(partition, SegmentPart):
+        return iter(())
+    return read_part(partition)
+
+
 def _preadv_full(fd: int, view: memoryview, pos: int) -> int:
     """Fill `view` from the file at `pos` (one preadv returns at most MAX_READ bytes); bytes read."""
     got = 0
@@ -307,13 +308,13 @@ def _batch(p: SegmentPart, cols: Columns, lo: int, hi: int) -> pa.RecordBatch:
     if lo > 0 or hi < len(cols.offset):
         arrays = [a.slice(lo, hi - lo) for a in arrays]
     if p.types is not None:
-        keep = pc.is_in(arrays[2], value_set=pa.array(p.types, pa.int32()))
+        keep = pc.is_in(arrays[2], value_set=pa.array(p.types, _TYPE))
         arrays = [pc.filter(a, keep) for a in arrays]
     n = len(arrays[0])
-    client = pa.nulls(n, pa.string()) if p.client is None else pa.repeat(pa.scalar(p.client, pa.string()), n)
-    shard = pa.repeat(pa.scalar(p.shard, pa.string()), n)
+    client = pa.nulls(n, _STRING) if p.client is None else pa.repeat(pa.scalar(p.client, _STRING), n)
+    shard = pa.repeat(pa.scalar(p.shard, _STRING), n)
     offset, ns, typ, key, value = arrays
     return pa.RecordBatch.from_arrays([client, shard, offset, micros(ns), typ, key, value], schema=ARROW_SCHEMA)
 
 
-__all__ = ["ARROW_SCHEMA", "Columns", "decode_columns", "micros", "read_part"]
+__all__ = ["Columns", "decode_columns", "micros", "read_part", "read_partition"]
