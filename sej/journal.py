@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 
-from . import layout
 from .errors import CorruptionError, InvalidArgumentError
 from .frames import I32, OVERHEAD, Message, decode_batch
 from .fsutil import open_file
@@ -110,4 +109,4 @@ def _offset_at_time_in(dir: str, seg: Segment, ts: int, is_last: bool) -> int | 
     return None
 
 
-__all__ = ["first_offset", "next_offset", "last_messages", "offset_at_time", "layout"]
+__all__ = ["first_offset", "next_offset", "last_messages", "offset_at_time"]

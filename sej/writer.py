@@ -441,8 +441,7 @@ class Writer:
             if self._buf is None:
                 raise ClosedError(f"writer of {self.dir} is closed")
             self._check_lock()
-            self._spill()
-            self._index.flush()
+            self._spill()  # the index after the data it points to
 
     def sync(self) -> None:
         """flush(), then fsync: every appended message survives a power loss."""
@@ -450,8 +449,7 @@ class Writer:
             if self._buf is None:
                 raise ClosedError(f"writer of {self.dir} is closed")
             self._check_lock()
-            self._spill()
-            self._index.flush()
+            self._spill()  # the index after the data it points to
             ticket = self._written
         self._wait_durable(ticket)
 
