@@ -45,7 +45,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import sej  # noqa: E402
-import sej.writer  # noqa: E402
+import sej.commit  # noqa: E402
 
 perf_counter = time.perf_counter
 
@@ -455,10 +455,10 @@ def bench_scan(cfg: Config, scratch: Path) -> list[Result]:
 
 
 class FsyncCounter:
-    """Counts the writer's fdatasync calls (wraps sej.writer._fdatasync; sej itself is unchanged)."""
+    """Counts the writer's fdatasync calls (wraps sej.commit._fdatasync; sej itself is unchanged)."""
 
     def __init__(self) -> None:
-        self.real = sej.writer._fdatasync
+        self.real = sej.commit._fdatasync
         self.calls = 0
 
     def __call__(self, fd: int) -> None:
@@ -466,11 +466,11 @@ class FsyncCounter:
         self.real(fd)
 
     def __enter__(self) -> FsyncCounter:
-        sej.writer._fdatasync = self
+        sej.commit._fdatasync = self
         return self
 
     def __exit__(self, *exc: object) -> None:
-        sej.writer._fdatasync = self.real
+        sej.commit._fdatasync = self.real
 
 
 def raw_fsync_each(path: Path, seconds: float) -> tuple[int, float]:
@@ -535,12 +535,12 @@ def bench_group_commit(cfg: Config, scratch: Path) -> list[Result]:
             runs[k].append(sej_sync_threads(fresh(scratch / f"sync{k}"), int(k), secs))
         # The same 8 threads with fdatasync replaced by a no-op: not durable, measured only to
         # show what the thread hand-offs alone allow on this machine.
-        real = sej.writer._fdatasync
-        sej.writer._fdatasync = lambda fd: None
+        real = sej.commit._fdatasync
+        sej.commit._fdatasync = lambda fd: None
         try:
             runs["noop"].append(sej_sync_threads(fresh(scratch / "syncnoop"), 8, secs))
         finally:
-            sej.writer._fdatasync = real
+            sej.commit._fdatasync = real
         log(f"  group commit rep {rep + 1}/{cfg.fsync_reps} done")
     for p in ("fsync.jnl", "sync1", "sync8", "sync32", "syncnoop"):
         fresh(scratch / p)
@@ -580,7 +580,7 @@ def bench_group_commit(cfg: Config, scratch: Path) -> list[Result]:
     notes = [
         f"Each run lasts {secs:g} s; median of {cfg.fsync_reps} runs. Every counted message was durable when its "
         f"`append` returned.",
-        f"Messages per fsync (the writer's `fdatasync` calls, counted by wrapping `sej.writer._fdatasync`): "
+        f"Messages per fsync (the writer's `fdatasync` calls, counted by wrapping `sej.commit._fdatasync`): "
         f"1 thread {per1:.1f}, 8 threads {per8:.1f}, 32 threads {per32:.1f}; fsyncs per second: baseline "
         f"{raw:,.0f}, sej 1 thread {r1 / per1:,.0f}, 8 threads {r8 / per8:,.0f}, 32 threads {r32 / per32:,.0f}.",
         "Baseline: `f.write(frame); f.flush(); os.fsync(fd)` per message on a buffered file (sej uses `os.fdatasync`).",
