@@ -1008,7 +1008,7 @@ def tree_bytes(path: Path) -> int:
 def _sshd() -> object:
     """A real sshd on 127.0.0.1 (the tests' helper), or None when openssh-server is missing."""
     sys.path.insert(0, str(ROOT))
-    from tests.sshd import Sshd, sshd_available
+    from testing.sshd import Sshd, sshd_available
 
     return None if sshd_available() is not None else Sshd()
 
