@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from .sshd import Sshd
+    from testing.sshd import Sshd
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -39,12 +39,12 @@ def popen_python(code: str, *args: str, **kw: object) -> subprocess.Popen[str]:
 
 @pytest.fixture(scope="session")
 def sshd() -> Iterator[Sshd]:
-    """A real OpenSSH sshd on 127.0.0.1 (tests/sshd.py), one per test session (per xdist worker).
+    """A real OpenSSH sshd on 127.0.0.1 (testing/sshd.py), one per test session (per xdist worker).
 
     Skipped where /usr/sbin/sshd cannot be used, unless the environment variable CI is set: then it fails,
     so that CI cannot silently skip the SSH tests (.ci/run installs openssh-server).
     """
-    from .sshd import Sshd, SshdError, sshd_available
+    from testing.sshd import Sshd, SshdError, sshd_available
 
     in_ci = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
     missing = sshd_available()

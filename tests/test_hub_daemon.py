@@ -2,7 +2,7 @@
 
 Sources are real sharded roots written with the library; the console script and the cron
 script run as real subprocesses; the SSH tests talk to a real OpenSSH sshd on 127.0.0.1
-(tests/sshd.py). Every wait is bounded by a deadline.
+(testing/sshd.py). Every wait is bounded by a deadline.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from sej.lock import lock_file, unlock_file
 from sej.offset import read_offset_file
 
 if TYPE_CHECKING:
-    from .sshd import Sshd
+    from testing.sshd import Sshd
 
 REPO = Path(__file__).resolve().parent.parent
 CRON = REPO / "scripts" / "hub-cron.py"
@@ -746,7 +746,7 @@ def test_run_forever_reconnects_after_the_connection_drops(
 def test_the_hub_needs_nothing_but_sftp_on_the_producer(tmp_path: Path, src: Path, sshd: Sshd) -> None:
     """A key restricted to SFTP (`restrict,command="internal-sftp"`, as docs/hub.md advises) is enough:
     the hub runs no remote command. A shell command with the same key is refused."""
-    from .sshd import Sshd as SshdServer  # a server of its own: the session's sshd keeps its unrestricted key
+    from testing.sshd import Sshd as SshdServer  # a server of its own: the session's sshd keeps its unrestricted key
 
     with SshdServer() as server:
         key = server.authorized_keys.read_text().strip()

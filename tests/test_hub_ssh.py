@@ -1,4 +1,4 @@
-"""The hub over real SSH: an OpenSSH sshd on 127.0.0.1 (tests/sshd.py), paramiko SFTP, real faults."""
+"""The hub over real SSH: an OpenSSH sshd on 127.0.0.1 (testing/sshd.py), paramiko SFTP, real faults."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The `sshd` fixture (tests/sshd.py) really is an OpenSSH server that the sej.hub tests can rely on."""
+"""The `sshd` fixture (testing/sshd.py) really is an OpenSSH server that the sej.hub tests can rely on."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from .sshd import Sshd, descendants, keygen
+from testing.sshd import Sshd, descendants, keygen
 
 
 def test_sftp_lists_and_reads_a_local_file(sshd: Sshd, tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""A real OpenSSH sshd on 127.0.0.1 for tests (helper module, not a test file).
+"""A real OpenSSH sshd on 127.0.0.1 for the tests and the benchmark (a helper module, not a test file).
 
     with Sshd() as server:
         client = server.paramiko_client()
@@ -12,7 +12,7 @@ sshd_config and sshd's log. The server only accepts public-key authentication wi
 the current user (``getpass.getuser()``). It runs on this machine, so the SFTP view is the real filesystem:
 use absolute paths (tmp_path works).
 
-The listener is started as a child of the test process and is stopped by its own pid (never by name).
+The listener is started as a child of the calling process and is stopped by its own pid (never by name).
 The per-connection sshd processes are its descendants; they are found by scanning /proc.
 """
 
