@@ -31,14 +31,18 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from .timing import scaled
+
 if TYPE_CHECKING:
     import paramiko
 
 SSHD = "/usr/sbin/sshd"
 HOST = "127.0.0.1"
 
-START_TIMEOUT = 10.0  # seconds until sshd must answer with its SSH banner
-STOP_TIMEOUT = 5.0  # seconds between SIGTERM and SIGKILL
+# Deadlines only (every wait ends as soon as its event happens), scaled for loaded machines (tests/timing.py).
+START_TIMEOUT = scaled(10.0)  # seconds until sshd must answer with its SSH banner
+STOP_TIMEOUT = scaled(5.0)  # seconds between SIGTERM and SIGKILL, and for killed connections to be reaped
+CLIENT_TIMEOUT = scaled(10.0)  # paramiko_client's connect, banner and authentication timeouts
 PORT_ATTEMPTS = 5  # start attempts, each with a fresh port (another process may grab the port first)
 
 
@@ -62,7 +66,7 @@ def keygen(path: Path, comment: str = "sej-test") -> str:
         ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
         check=True,
         capture_output=True,
-        timeout=30,
+        timeout=scaled(30),
     )
     kind, blob = path.with_name(path.name + ".pub").read_text().split()[:2]
     return f"{kind} {blob}"
@@ -219,8 +223,8 @@ class Sshd:
             if self.process.poll() is not None:
                 return False
             try:
-                with socket.create_connection((HOST, self.port), timeout=1) as s:
-                    s.settimeout(2)
+                with socket.create_connection((HOST, self.port), timeout=scaled(1)) as s:
+                    s.settimeout(scaled(2))
                     banner = s.recv(64)
                 # Our sshd (alive, and it says it listens on this port) answers: not some other process.
                 listening = f"Server listening on {HOST} port {self.port}." in self.log
@@ -293,9 +297,10 @@ class Sshd:
         The listener keeps running, so new connections still work. Clients see their connection drop.
         """
         killed = self._kill_descendants(self.pid)
-        # The listener reaps its children; wait (bounded) until they are gone so tests see a clean state.
+        # The listener reaps its children; wait (bounded) until the killed ones are gone so tests see a clean
+        # state. Only those: a client may already have connected again.
         deadline = time.monotonic() + STOP_TIMEOUT
-        while descendants(self.pid) and time.monotonic() < deadline:
+        while set(killed) & set(descendants(self.pid)) and time.monotonic() < deadline:
             time.sleep(0.02)
         return killed
 
@@ -332,7 +337,7 @@ class Sshd:
         ]
 
     def paramiko_client(
-        self, *, known_hosts: str | os.PathLike[str] | None = None, timeout: float = 10, **kw: Any
+        self, *, known_hosts: str | os.PathLike[str] | None = None, timeout: float = CLIENT_TIMEOUT, **kw: Any
     ) -> paramiko.SSHClient:
         """A connected paramiko.SSHClient: host keys from `known_hosts` (default: ours) with RejectPolicy."""
         import paramiko

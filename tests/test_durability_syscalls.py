@@ -16,6 +16,7 @@ import sys
 import pytest
 
 from .conftest import REPO
+from .timing import scaled
 
 pytestmark = pytest.mark.skipif(
     shutil.which("strace") is None and not os.environ.get("CI"), reason="needs strace (CI installs it)"
@@ -69,7 +70,7 @@ def trace(tmp_path, mode: str) -> dict[str, list[Call]]:
             "-e", "trace=openat,write,fdatasync,fsync,rename",
             sys.executable, "-c", CHILD, str(tmp_path / "j"), mode,
         ],
-        check=True, env=env, capture_output=True, timeout=120,
+        check=True, env=env, capture_output=True, timeout=scaled(120),
     )  # fmt: skip
     paths: dict[int, str] = {}  # what each descriptor refers to at this point of the trace
     groups: dict[str, list[Call]] = {}

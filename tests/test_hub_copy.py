@@ -21,6 +21,7 @@ from sej.offset import read_offset_file
 from sej.shard import is_shard_name
 
 from .conftest import REPO, popen_python, run_python, run_with_stderr_on_a_terminal
+from .timing import scaled
 
 
 def produce(root: str, n: int, segment_size: int = 3000, seed: int = 0) -> None:
@@ -100,30 +101,59 @@ def test_a_message_bigger_than_one_read(tmp_path) -> None:
 
 
 PRODUCER = r"""
-import random, sys, time, sej
+import os, random, sys, time, sej
 root, n, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+pace = sys.argv[4] if len(sys.argv) > 4 else None  # a directory: see PacedProducer
+bursts = 8 if pace else 1
+parent, deadline = os.getppid(), time.monotonic() + (float(sys.argv[5]) if pace else 0)
 rng = random.Random(seed)
+started = 0
 with sej.ShardedWriter(root, "p", shard_bit=2, segment_size=2000, durability="flush") as w:
     for i in range(n):
+        burst = i * bursts // n
+        if burst > started:  # burst k starts after k copy passes
+            while not os.path.exists(os.path.join(pace, str(burst))):
+                if os.getppid() != parent or time.monotonic() > deadline:
+                    sys.exit("the test went away")
+                time.sleep(0.005)
+            started = burst
         w.append(b"v%d-" % i + rng.randbytes(rng.randrange(0, 80)), key=b"k%d" % rng.randrange(40))
         if i % 50 == 0:
             time.sleep(0.005)
 """
 
 
+class PacedProducer:
+    """PRODUCER in a child process, writing `n` messages in 8 bursts: burst k starts once `passed(k)` was called.
+
+    So copy passes overlap the writing however fast or slow the machine is: a test that copies while the
+    producer runs and calls passed() after each pass gets at least 7 passes before the producer is done.
+    """
+
+    def __init__(self, root: str, n: int, seed: int, pace: str) -> None:
+        os.makedirs(pace)
+        self.pace = pace
+        self.proc = popen_python(PRODUCER, root, str(n), str(seed), pace, str(scaled(600)))
+
+    def passed(self, k: int) -> None:
+        open(os.path.join(self.pace, str(k)), "w").close()
+
+
 def test_incremental_copies_while_the_producer_writes_and_rolls(tmp_path) -> None:
     src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
     os.makedirs(src)
-    producer = popen_python(PRODUCER, src, "4000", "1")
+    paced = PacedProducer(src, 4000, 1, str(tmp_path / "pace"))
+    producer = paced.proc
     passes = 0
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + scaled(60)
         while producer.poll() is None and time.monotonic() < deadline:
             out = copy_all(lambda: LocalSource(src), hub, "c1", "hub")
             assert all(o.error is None for o in out), [o.error for o in out]
             assert_prefix(src, hub)
             passes += 1
-        assert producer.wait(30) == 0
+            paced.passed(passes)
+        assert producer.wait(scaled(30)) == 0
     finally:
         producer.kill()
     copy_all(lambda: LocalSource(src), hub, "c1", "hub")
@@ -154,14 +184,14 @@ def test_copier_killed_at_random_moments_never_gaps_or_duplicates(tmp_path) -> N
     producer = popen_python(PRODUCER, src, "6000", str(seed))
     rounds = 0
     try:
-        deadline = time.monotonic() + 45
+        deadline = time.monotonic() + scaled(45)
         while rounds < 25 and time.monotonic() < deadline:
             copier = popen_python(COPIER, src, hub, str(rng.choice([97, 1000, 1 << 16])), stdout=subprocess.PIPE)
             assert copier.stdout is not None
             copier.stdout.readline()
             time.sleep(rng.uniform(0.0, 0.25))
             copier.send_signal(signal.SIGKILL)
-            assert copier.wait(10) == -signal.SIGKILL
+            assert copier.wait(scaled(10)) == -signal.SIGKILL
             rounds += 1
             assert_prefix(src, hub)
             for d in os.listdir(hub):  # the offset on the source never runs ahead of the hub's durable copy
@@ -169,7 +199,7 @@ def test_copier_killed_at_random_moments_never_gaps_or_duplicates(tmp_path) -> N
                 if committed is not None:
                     have = sej.next_offset(os.path.join(hub, d))  # read only: a torn tail is not counted
                     assert committed <= have, (d, committed, have)
-        assert producer.wait(60) == 0
+        assert producer.wait(scaled(60)) == 0
     finally:
         producer.kill()
     out = copy_all(lambda: LocalSource(src), hub, "c1", "hub")
@@ -302,7 +332,7 @@ def test_the_source_offset_is_committed_only_after_the_fsync_of_the_copy(tmp_pat
     subprocess.run(
         ["strace", "-f", "-qq", "-o", str(log), "-e", "trace=openat,write,fsync,fdatasync,rename,renameat,renameat2",
          sys.executable, "-c", code, src, hub],
-        check=True, env=env, capture_output=True, timeout=60,
+        check=True, env=env, capture_output=True, timeout=scaled(60),
     )  # fmt: skip
     paths: dict[int, str] = {}
     events: list[tuple[str, str]] = []
@@ -349,7 +379,7 @@ def test_sej_copy_command_local(tmp_path) -> None:
     produce(src, 500)
     r = subprocess.run(
         [sys.executable, "-m", "sej.cmd", "copy", src, hub, "--client-id", "h1", "--reader-name", "hub2"],
-        capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=60,
+        capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=scaled(60),
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert len(r.stdout.splitlines()) == 4 and "next offset" in r.stdout
@@ -367,7 +397,7 @@ def test_sej_copy_shows_progress_on_a_terminal_and_is_quiet_when_piped(tmp_path)
     assert b"copying" in drawn
     env = dict(os.environ, PYTHONPATH=str(REPO))
     piped = subprocess.run([sys.executable, "-m", "sej.cmd", "copy", src, str(tmp_path / "hub2")],
-                           capture_output=True, text=True, env=env, timeout=60)  # fmt: skip
+                           capture_output=True, text=True, env=env, timeout=scaled(60))  # fmt: skip
     assert piped.returncode == 0 and piped.stderr == ""
     assert_identical(src, hub, client="local")
 

@@ -2,7 +2,7 @@
 
 Sources are real sharded roots written with the library; the console script and the cron
 script run as real subprocesses; the SSH tests talk to a real OpenSSH sshd on 127.0.0.1
-(testing/sshd.py). Every wait is bounded by a deadline.
+(testing/sshd.py). Every wait is for an event, bounded by a deadline scaled for loaded machines (tests/timing.py).
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ from sej.hub.daemon import ClientReport, Hub, backoff_delay, lock_hub, lock_path
 from sej.hub.ssh import HostKeyError
 from sej.lock import lock_file, unlock_file
 from sej.offset import read_offset_file
+
+from .timing import scaled
 
 if TYPE_CHECKING:
     from testing.sshd import Sshd
@@ -136,10 +138,12 @@ def holds(check: Callable[[], object]) -> Callable[[], bool]:
 
 
 def wait_for(cond: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
+    """Poll `cond` until it holds; fail after scaled(timeout) seconds."""
+    limit = scaled(timeout)
+    deadline = time.monotonic() + limit
     while not cond():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            raise AssertionError(f"timed out after {limit:g}s waiting for {what}")
         time.sleep(0.02)
 
 
@@ -155,7 +159,8 @@ def env() -> dict[str, str]:
 
 
 def run(args: list[str], timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env())
+    """Run a command; fail after scaled(timeout) seconds."""
+    return subprocess.run(args, capture_output=True, text=True, timeout=scaled(timeout), env=env())
 
 
 def error_lines(stderr: str, prog: str) -> list[str]:
@@ -428,15 +433,30 @@ def test_backoff_delay() -> None:
     assert backoff_delay(3, 5.0, 1.0) == 5.0  # never faster than a normal pass
 
 
+Forever = Callable[..., tuple[threading.Event, list[ClientReport]]]
+
+
 @pytest.fixture
-def forever() -> Iterator[Callable[[Hub], tuple[threading.Event, list[ClientReport]]]]:
-    """Start hub.run_forever in a thread; it is stopped (and must end within 5 s) after the test."""
+def forever() -> Iterator[Forever]:
+    """start(hub): hub.run_forever in a thread; it is stopped (and must end within scaled(5) s) after the test.
+
+    Returns (stop, reports): the reports as they come, and also, with start(hub, stamped), (time.monotonic()
+    when it came, report) appended to the list `stamped`.
+    """
     running: list[tuple[threading.Thread, threading.Event]] = []
 
-    def start(hub: Hub) -> tuple[threading.Event, list[ClientReport]]:
+    def start(
+        hub: Hub, stamped: list[tuple[float, ClientReport]] | None = None
+    ) -> tuple[threading.Event, list[ClientReport]]:
         stop = threading.Event()
         reports: list[ClientReport] = []
-        t = threading.Thread(target=hub.run_forever, args=(stop, reports.append), daemon=True)
+
+        def on_report(report: ClientReport) -> None:
+            if stamped is not None:
+                stamped.append((time.monotonic(), report))
+            reports.append(report)
+
+        t = threading.Thread(target=hub.run_forever, args=(stop, on_report), daemon=True)
         t.start()
         running.append((t, stop))
         return stop, reports
@@ -444,23 +464,29 @@ def forever() -> Iterator[Callable[[Hub], tuple[threading.Event, list[ClientRepo
     yield start
     for t, stop in running:
         stop.set()
-        t.join(5)
-        assert not t.is_alive(), "run_forever did not end within 5 s of stop"
+        t.join(scaled(5))
+        assert not t.is_alive(), f"run_forever did not end within {scaled(5):g} s of stop"
 
 
-def test_run_forever_backs_off_a_failing_client_and_recovers(
-    tmp_path: Path, src: Path, forever: Callable[[Hub], tuple[threading.Event, list[ClientReport]]]
-) -> None:
+def test_run_forever_backs_off_a_failing_client_and_recovers(tmp_path: Path, src: Path, forever: Forever) -> None:
     late = tmp_path / "late"
     config = local_config(tmp_path, {"late": late, "good": src}, poll_interval=0.05, backoff_max=0.4)
-    stop, reports = forever(Hub(config))
-    time.sleep(1.2)
-    failed = [r for r in reports if r.client_id == "late"]
-    good = [r for r in reports if r.client_id == "good"]
-    # Waits of 0.1, 0.2, 0.4, 0.4 s: about 5 attempts in 1.2 s (24 without backoff), the good client ~20 passes.
-    assert 2 <= len(failed) <= 7, [round(r.seconds, 3) for r in failed]
-    assert all(r.client_failed for r in failed)
-    assert len(good) >= 5 and all(r.ok for r in good)
+    stamped: list[tuple[float, ClientReport]] = []
+    stop, reports = forever(Hub(config), stamped)
+
+    def of(client_id: str) -> list[tuple[float, ClientReport]]:
+        return [(t, r) for t, r in list(stamped) if r.client_id == client_id]
+
+    wait_for(lambda: len(of("late")) >= 5 and len(of("good")) >= 5, 20, "5 passes of each client")
+    failed, good = of("late"), of("good")
+    assert all(r.client_failed for _, r in failed)
+    assert all(r.ok for _, r in good)
+    # Backoff: after its n-th failure in a row the client waits 0.1, 0.2, 0.4, 0.4 s (poll_interval 0.05 s
+    # doubled, at most backoff_max), where the good one waits 0.05 s. The wait between two passes is the
+    # time between their reports less the second pass's own duration; a loaded machine only lengthens it.
+    for n, ((t0, _), (t1, r1)) in enumerate(zip(failed, failed[1:]), start=1):
+        waited = t1 - t0 - r1.seconds
+        assert waited >= backoff_delay(n, 0.05, 0.4) - 0.01, f"attempt {n + 1} came {waited:.3f} s after {n}"
     assert_identical(src, Path(config.hub_root), "good")
     make_root(late, 30)  # the root appears: copied within one backoff_max
     wait_for(lambda: any(r.client_id == "late" and r.ok and r.messages for r in reports), 5, "the late client")
@@ -468,12 +494,10 @@ def test_run_forever_backs_off_a_failing_client_and_recovers(
     t0 = time.monotonic()
     stop.set()
     wait_for(lambda: not any(t.name.startswith("sej-hub-") for t in threading.enumerate()), 5, "client threads")
-    assert time.monotonic() - t0 < 3
+    assert time.monotonic() - t0 < scaled(3)
 
 
-def test_run_forever_copies_new_data_continuously(
-    tmp_path: Path, forever: Callable[[Hub], tuple[threading.Event, list[ClientReport]]]
-) -> None:
+def test_run_forever_copies_new_data_continuously(tmp_path: Path, forever: Forever) -> None:
     src = make_root(tmp_path / "src", 20, bit=1)
     config = local_config(tmp_path, {"c": src}, poll_interval=0.05)
     hub_root = Path(config.hub_root)
@@ -564,8 +588,8 @@ def test_sej_hub_forever_stops_on_sigterm_with_a_consistent_copy(tmp_path: Path)
     produce = threading.Event()
     written = [0]
 
-    def producer() -> None:  # keeps appending while the hub copies, until told to stop (at most 20 s)
-        deadline = time.monotonic() + 20
+    def producer() -> None:  # keeps appending while the hub copies, until told to stop (safety: scaled(120) s)
+        deadline = time.monotonic() + scaled(120)
         with sej.ShardedWriter(src, "ev", shard_bit=2, segment_size=4096, durability="flush") as w:
             i = 10
             while not produce.is_set() and time.monotonic() < deadline:
@@ -584,21 +608,22 @@ def test_sej_hub_forever_stops_on_sigterm_with_a_consistent_copy(tmp_path: Path)
     )
     try:
         wait_for(lambda: copied_count(hub_root, "c") > 200, 15, "the hub to copy")
-        time.sleep(0.3)
+        time.sleep(0.3)  # not a wait for anything: the hub copies on for a moment while the producer appends
         p.send_signal(signal.SIGTERM)
         t0 = time.monotonic()
-        _, stderr = p.communicate(timeout=5)
+        _, stderr = p.communicate(timeout=scaled(5))
         stopped_in = time.monotonic() - t0
     finally:
         if p.poll() is None:
             p.kill()
-            p.communicate(timeout=5)
+            p.communicate(timeout=scaled(5))
         produce.set()
-        writer.join(10)
+        writer.join(scaled(10))
     assert p.returncode == 0, stderr
-    assert stopped_in < 5
+    assert stopped_in < scaled(5)
     assert "Traceback" not in stderr and error_lines(stderr, "sej-hub") == []
     assert "stopping: finishing the current chunks" in stderr and "hub stopped" in stderr
+    assert "still busy" not in stderr, "every client finished its chunks (the hub did not give up waiting)"
     copied = assert_prefix(src, hub_root, "c")  # the producer has stopped: compare against what it wrote
     assert 200 < copied <= written[0]
     p2 = run([hub_script(), "--config", str(conf), "--once"])  # and the next run completes it
@@ -625,7 +650,7 @@ def test_cron_script_skips_while_another_run_holds_the_lock(tmp_path: Path, src:
     fh = lock_hub(load_config(conf))  # the test is "the other run"
     try:
         runs = [cron(conf), cron(conf)]  # two at once
-        outs = [r.communicate(timeout=30) for r in runs]
+        outs = [r.communicate(timeout=scaled(30)) for r in runs]
     finally:
         unlock_file(fh)
     for r, (_, err) in zip(runs, outs):
@@ -634,7 +659,7 @@ def test_cron_script_skips_while_another_run_holds_the_lock(tmp_path: Path, src:
         assert "Traceback" not in err
     assert journals(hub_root) == [] and committed(src / "ev.2.000") == 0  # nothing copied, nothing committed
     runs = [cron(conf), cron(conf)]  # lock free: whichever gets it copies; the other skips or finds nothing new
-    outs = [r.communicate(timeout=30) for r in runs]
+    outs = [r.communicate(timeout=scaled(30)) for r in runs]
     assert [r.returncode for r in runs] == [0, 0], outs
     assert sum("copied 120 messages" in err for _, err in outs) == 1, outs
     assert_identical(src, hub_root, "c")
@@ -643,15 +668,15 @@ def test_cron_script_skips_while_another_run_holds_the_lock(tmp_path: Path, src:
 def test_cron_script_exit_codes(tmp_path: Path, src: Path) -> None:
     bad = write_config(tmp_path / "bad.toml", tmp_path / "hub", [{"client_id": "c", "local_root": src, "port": 22}])
     p = cron(bad)
-    _, err = p.communicate(timeout=30)
+    _, err = p.communicate(timeout=scaled(30))
     assert p.returncode == 2 and err.strip().startswith("hub-cron: error: ") and "port = 22" in err, err
     conf = write_config(
         tmp_path / "hub.toml",
         tmp_path / "hub",
         [{"client_id": "gone", "local_root": tmp_path / "missing"}, {"client_id": "c", "local_root": src}],
     )
-    p = cron(conf, "--max-time", "30")
-    _, err = p.communicate(timeout=30)
+    p = cron(conf, "--max-time", str(int(scaled(30))))
+    _, err = p.communicate(timeout=scaled(30))
     assert p.returncode == 1 and error_lines(err, "hub-cron") == ["hub-cron: error: 1 failures in 1 of 2 clients"], err
     assert_identical(src, tmp_path / "hub", "c")
 
@@ -721,9 +746,7 @@ def test_ssh_host_key_mismatch_fails_that_client_only(tmp_path: Path, src: Path,
 # paramiko's SFTP prefetch thread dies of the dropped connection (the read it serves fails and is reported);
 # sej-hub logs that in one line (sej.hub.main.quiet_prefetch_errors), this in-process test does not.
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
-def test_run_forever_reconnects_after_the_connection_drops(
-    tmp_path: Path, sshd: Sshd, forever: Callable[[Hub], tuple[threading.Event, list[ClientReport]]]
-) -> None:
+def test_run_forever_reconnects_after_the_connection_drops(tmp_path: Path, sshd: Sshd, forever: Forever) -> None:
     src = make_root(tmp_path / "src", 40, bit=1)
     config = load_config(
         write_config(
@@ -732,9 +755,10 @@ def test_run_forever_reconnects_after_the_connection_drops(
     )
     hub_root = tmp_path / "hub"
     before = logins(sshd)
-    forever(Hub(config))
+    _, reports = forever(Hub(config))
     wait_for(holds(lambda: assert_identical(src, hub_root, "s")), 10, "the first copy")
-    time.sleep(0.2)
+    passes = len(reports)
+    wait_for(lambda: len(reports) >= passes + 5, 10, "5 more passes")
     assert logins(sshd) - before == 1, "one connection for many passes"
     sshd.kill_connections()
     make_root(src, 40, bit=1, start=40)
@@ -758,7 +782,7 @@ def test_the_hub_needs_nothing_but_sftp_on_the_producer(tmp_path: Path, src: Pat
         assert_identical(src, tmp_path / "hub", "c")
         client = server.paramiko_client()
         try:
-            _, out, _ = client.exec_command("echo hello", timeout=10)
+            _, out, _ = client.exec_command("echo hello", timeout=scaled(10))
             assert b"hello" not in out.read()
         finally:
             client.close()
@@ -769,10 +793,11 @@ def test_a_producer_that_stops_answering_is_cut_off_by_the_watchdog(
 ) -> None:
     """Opening an SFTP channel has no timeout of its own: a producer whose sshd hangs (its TCP connection
     still up) would block its client for good. The watchdog closes the connection; the next pass reconnects."""
-    monkeypatch.setattr(daemon, "STALL_TIMEOUT", 1.0)
     monkeypatch.setattr(daemon, "WATCH_INTERVAL", 0.1)
     config = load_config(write_config(tmp_path / "hub.toml", tmp_path / "hub", [ssh_client(sshd, "c", src)]))
     with Hub(config) as hub:
+        # A short STALL_TIMEOUT only while the producer hangs: a loaded machine may well make an answering
+        # producer's call take a second, and the watchdog would then rightly cut it.
         (first,) = hub.run_once()
         assert first.ok
         make_root(src, 30, start=120)
@@ -782,15 +807,18 @@ def test_a_producer_that_stops_answering_is_cut_off_by_the_watchdog(
             os.kill(pid, signal.SIGSTOP)  # the producer's sshd hangs; the kernel still keeps the TCP connection up
         passes: list[list[ClientReport]] = []
         t = threading.Thread(target=lambda: passes.append(hub.run_once()), daemon=True)
+        limit = scaled(10)
         try:
+            monkeypatch.setattr(daemon, "STALL_TIMEOUT", 1.0)
             t0 = time.monotonic()
             t.start()
-            t.join(10)  # bounded even if the watchdog failed
+            t.join(limit)  # bounded even if the watchdog failed
             took = time.monotonic() - t0
         finally:
+            monkeypatch.undo()  # STALL_TIMEOUT and WATCH_INTERVAL as they were
             sshd.kill_connections()  # SIGKILL ends stopped processes too (and unblocks a hung pass)
-            t.join(10)
-        assert took < 10, "the pass against a hung producer did not end"
+            t.join(limit)
+        assert took < limit, "the pass against a hung producer did not end"
         ((stalled,),) = passes
         assert stalled.client_failed and not stalled.ok
         (again,) = hub.run_once()  # a fresh connection

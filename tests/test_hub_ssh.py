@@ -18,7 +18,8 @@ from sej.hub.ssh import HostKeyError, connect, resolve, sftp_sources
 from sej.offset import read_offset_file
 
 from .conftest import REPO, popen_python
-from .test_hub_copy import PRODUCER, assert_identical, assert_prefix, produce
+from .test_hub_copy import PRODUCER, PacedProducer, assert_identical, assert_prefix, produce
+from .timing import scaled
 
 
 def endpoint(sshd, known_hosts=None):  # type: ignore[no-untyped-def]
@@ -32,8 +33,13 @@ def endpoint(sshd, known_hosts=None):  # type: ignore[no-untyped-def]
     )
 
 
+def connect_to(sshd, known_hosts=None):  # type: ignore[no-untyped-def]
+    """A connection to the test's sshd (connect, banner and authentication timeouts scaled)."""
+    return connect(endpoint(sshd, known_hosts), timeout=scaled(15))
+
+
 def copy_over_ssh(sshd, src: str, hub: str, workers: int = 4):  # type: ignore[no-untyped-def]
-    client = connect(endpoint(sshd))
+    client = connect_to(sshd)
     try:
         return copy_all(sftp_sources(client, src, "test"), hub, "c1", "hub", workers=workers)
     finally:
@@ -56,18 +62,20 @@ def test_full_copy_over_ssh_is_byte_identical(sshd, tmp_path) -> None:
 def test_incremental_copies_over_one_connection_while_producing(sshd, tmp_path) -> None:
     src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
     os.makedirs(src)
-    producer = popen_python(PRODUCER, src, "3000", "7")
-    client = connect(endpoint(sshd))
+    paced = PacedProducer(src, 3000, 7, str(tmp_path / "pace"))
+    producer = paced.proc
+    client = connect_to(sshd)
     passes = 0
     try:
         make = sftp_sources(client, src, "test")
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + scaled(60)
         while producer.poll() is None and time.monotonic() < deadline:
             out = copy_all(make, hub, "c1", "hub")
             assert all(o.error is None for o in out), [o.error for o in out]
             assert_prefix(src, hub)
             passes += 1
-        assert producer.wait(30) == 0
+            paced.passed(passes)
+        assert producer.wait(scaled(30)) == 0
         copy_all(make, hub, "c1", "hub")
     finally:
         producer.kill()
@@ -81,9 +89,9 @@ import sys
 from sej.hub import copy_all
 from sej.hub.ssh import connect, resolve, sftp_sources
 import sej.hub.copy as c
-port, user, identity, known, src, hub, chunk = sys.argv[1:8]
+port, user, identity, known, src, hub, chunk, timeout = sys.argv[1:9]
 c.CHUNK = int(chunk)
-client = connect(resolve("127.0.0.1", int(port), user, identity, known, ssh_config="/dev/null"))
+client = connect(resolve("127.0.0.1", int(port), user, identity, known, ssh_config="/dev/null"), timeout=float(timeout))
 print("connected", flush=True)
 make = sftp_sources(client, src, "copier")
 for _ in range(100000):
@@ -100,22 +108,23 @@ def test_hub_killed_and_connection_cut_at_random_moments(sshd, tmp_path) -> None
     producer = popen_python(PRODUCER, src, "5000", str(seed))
     kills = cuts = 0
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + scaled(60)
         for round_ in range(30):
             if time.monotonic() > deadline:
                 break
             chunk = str(rng.choice([500, 4096, 1 << 16]))
             if round_ % 2 == 0:  # the hub process dies
-                args = (str(sshd.port), sshd.user, str(sshd.identity), str(sshd.known_hosts), src, hub, chunk)
+                args = (str(sshd.port), sshd.user, str(sshd.identity), str(sshd.known_hosts), src, hub, chunk,
+                        str(scaled(15)))  # fmt: skip
                 copier = popen_python(SSH_COPIER, *args, stdout=subprocess.PIPE)
                 assert copier.stdout is not None
                 assert copier.stdout.readline().strip() == "connected"
                 time.sleep(rng.uniform(0.0, 0.3))
                 copier.send_signal(signal.SIGKILL)
-                assert copier.wait(10) == -signal.SIGKILL
+                assert copier.wait(scaled(10)) == -signal.SIGKILL
                 kills += 1
             else:  # the SSH connection is cut under a copy in this process
-                client = connect(endpoint(sshd))
+                client = connect_to(sshd)
                 errors: list[object] = []
 
                 def run(client=client, errors=errors) -> None:  # type: ignore[no-untyped-def]
@@ -132,7 +141,7 @@ def test_hub_killed_and_connection_cut_at_random_moments(sshd, tmp_path) -> None
                 t.start()
                 time.sleep(rng.uniform(0.02, 0.3))
                 sshd.kill_connections()
-                t.join(30)
+                t.join(scaled(30))
                 assert not t.is_alive()
                 client.close()
                 assert errors, "cutting the connection is noticed"
@@ -142,7 +151,7 @@ def test_hub_killed_and_connection_cut_at_random_moments(sshd, tmp_path) -> None
                 committed = read_offset_file(os.path.join(src, d[3:], "ofs", "hub.ofs"))
                 if committed is not None:
                     assert committed <= sej.next_offset(os.path.join(hub, d))
-        assert producer.wait(60) == 0
+        assert producer.wait(scaled(60)) == 0
     finally:
         producer.kill()
     out = copy_over_ssh(sshd, src, hub)
@@ -159,20 +168,20 @@ def test_hub_killed_and_connection_cut_at_random_moments(sshd, tmp_path) -> None
 def test_host_key_mismatch_and_unknown_host_are_refused(sshd, tmp_path) -> None:
     other = sshd.other_known_hosts(tmp_path / "other_known_hosts")
     with pytest.raises(HostKeyError, match="does not match"):
-        connect(endpoint(sshd, other))
+        connect_to(sshd, other)
     empty = tmp_path / "empty_known_hosts"
     empty.write_text("")
     with pytest.raises(HostKeyError, match="is not in"):
-        connect(endpoint(sshd, empty))
+        connect_to(sshd, empty)
     with pytest.raises(HostKeyError, match="does not exist"):
-        connect(endpoint(sshd, tmp_path / "missing"))
+        connect_to(sshd, tmp_path / "missing")
     assert empty.read_text() == "", "nothing was added to known_hosts"
 
 
 def sej_copy(*args: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     return subprocess.run(
-        [sys.executable, "-m", "sej.cmd", "copy", *args], capture_output=True, text=True, env=env, timeout=120
+        [sys.executable, "-m", "sej.cmd", "copy", *args], capture_output=True, text=True, env=env, timeout=scaled(120)
     )
 
 
@@ -224,7 +233,7 @@ def test_ssh_config_host_entries_and_default_files_are_honoured(sshd, tmp_path) 
     env = dict(os.environ, PYTHONPATH=str(REPO), HOME=str(home))
     r = subprocess.run(
         [sys.executable, "-m", "sej.cmd", "copy", f"ssh://producer-alias{src}", hub],
-        capture_output=True, text=True, env=env, timeout=120,
+        capture_output=True, text=True, env=env, timeout=scaled(120),
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert_identical(src, hub, client="producer-alias")
@@ -232,7 +241,7 @@ def test_ssh_config_host_entries_and_default_files_are_honoured(sshd, tmp_path) 
     (home / ".ssh" / "config").write_text("")
     r = subprocess.run(
         [sys.executable, "-m", "sej.cmd", "copy", f"ssh://producer-alias{src}", hub],
-        capture_output=True, text=True, env=env, timeout=120,
+        capture_output=True, text=True, env=env, timeout=scaled(120),
     )  # fmt: skip
     assert r.returncode == 1 and "Traceback" not in r.stderr and r.stderr.startswith("sej: error: ")
 
@@ -243,10 +252,11 @@ def test_a_stalled_producer_fails_the_call_within_the_io_timeout_instead_of_hang
 
     src = str(tmp_path / "src")
     produce(src, 200, segment_size=5000)
-    client = connect(endpoint(sshd))
+    client = connect_to(sshd)
     stopped: list[int] = []
+    io_timeout = scaled(1.5)  # the calls before the stall must not time out on a loaded machine either
     try:
-        source = sftp_sources(client, src, "stalled", io_timeout=1.5)()
+        source = sftp_sources(client, src, "stalled", io_timeout=io_timeout)()
         assert "p.2.000" in source.journals()  # works while the server answers
         first = source.segments("p.2.000")[0]
         stopped = sshd.connections()
@@ -256,7 +266,7 @@ def test_a_stalled_producer_fails_the_call_within_the_io_timeout_instead_of_hang
         t0 = time.monotonic()
         with pytest.raises(SourceError, match="stalled"):
             source.read("p.2.000", first.name, 0, 4096)
-        assert time.monotonic() - t0 < 10, "the stalled call must end near io_timeout (1.5 s)"
+        assert time.monotonic() - t0 < scaled(10), f"the stalled call must end near io_timeout ({io_timeout:g} s)"
     finally:
         for pid in stopped:
             try:

@@ -31,6 +31,7 @@ from sej.offset import write_offset_file
 from sej.retention import LOCK_NAME, apply_retention, lock_retention, plan_retention
 
 from .conftest import REPO, popen_python
+from .timing import scaled
 
 SCRIPT = REPO / "scripts" / "retention.py"
 NS = 10**9
@@ -88,14 +89,17 @@ def files(root: str) -> dict[str, tuple[int, int]]:
 
 
 def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run scripts/retention.py ARGS; fail after scaled(timeout) seconds."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
     return subprocess.run(
-        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout, env=env
+        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=scaled(timeout), env=env
     )
 
 
 def read_line(p: subprocess.Popen[str], timeout: float = 30) -> str:
+    """A line from the child; fail if none came in scaled(timeout) seconds."""
     assert p.stdout is not None
+    timeout = scaled(timeout)
     ready, _, _ = select.select([p.stdout], [], [], timeout)
     assert ready, f"the child printed nothing within {timeout} s"
     return p.stdout.readline()
@@ -357,7 +361,7 @@ def test_a_crash_between_the_segment_and_its_index_leaves_a_good_journal(jdir: s
         w.append(b"%074d" % 30)
     assert read_all(jdir, 9) == list(range(9, 31))
     check = subprocess.run([sys.executable, "-m", "sej.cmd", "verify", jdir], capture_output=True, text=True,
-                           timeout=60, env=dict(os.environ, PYTHONPATH=str(REPO)))  # fmt: skip
+                           timeout=scaled(60), env=dict(os.environ, PYTHONPATH=str(REPO)))  # fmt: skip
     assert check.returncode == 0, check.stdout + check.stderr
     # The next run removes the orphan index with the segments it deletes.
     dry = cli(jdir, "--max-messages", "0", "--dry-run")
@@ -411,7 +415,7 @@ def test_sigkilled_runs_always_leave_a_readable_journal(tmp_path: Path) -> None:
     t = time.monotonic()
     assert read_line(p, 120) == "done\n"
     whole = time.monotonic() - t
-    assert p.wait(30) == 0
+    assert p.wait(scaled(30)) == 0
     seed = int(os.environ.get("SEJ_RETENTION_SEED", random.randrange(1 << 30)))
     rng = random.Random(seed)
     partial = 0
@@ -422,7 +426,7 @@ def test_sigkilled_runs_always_leave_a_readable_journal(tmp_path: Path) -> None:
         p = start_run(jdir, keep)
         time.sleep(rng.uniform(0, whole))
         p.send_signal(signal.SIGKILL)
-        p.wait(30)
+        p.wait(scaled(30))
         for f in (p.stdin, p.stdout):
             f.close()  # type: ignore[union-attr]
         left = firsts(jdir)
@@ -444,11 +448,17 @@ def test_sigkilled_runs_always_leave_a_readable_journal(tmp_path: Path) -> None:
 # -- a writer appending while retention runs -------------------------------------------------------
 
 WRITER = r"""
-import sys, time
+import os, sys, time
 import sej
-dir, n = sys.argv[1], int(sys.argv[2])
+dir, n, go_on, safety = sys.argv[1], int(sys.argv[2]), sys.argv[3], float(sys.argv[4])
+parent, deadline = os.getppid(), time.monotonic() + safety
 with sej.Writer(dir, segment_size=2000, durability="flush") as w:
     for i in range(n):
+        if i == n // 2:  # halfway, until retention has deleted segments of this open journal
+            while not os.path.exists(go_on):
+                if os.getppid() != parent or time.monotonic() > deadline:
+                    sys.exit("the test went away")
+                time.sleep(0.005)
         w.append(b"%074d" % i)
         if i % 20 == 19:
             time.sleep(0.004)
@@ -459,11 +469,14 @@ print("done", w.next_offset, flush=True)
 def test_a_writer_appending_during_retention_loses_nothing(jdir: str) -> None:
     n = 3000  # 20 messages of 100 bytes per segment: 150 segments, written over about a second
     reader_stops = n - 137
-    writer = popen_python(WRITER, jdir, str(n), stdout=subprocess.PIPE)
+    # The writer waits halfway until retention has deleted segments while it was running: however fast or
+    # slow this machine is, retention works on a journal that is being written.
+    go_on = os.path.join(os.path.dirname(jdir), "go-on")
+    writer = popen_python(WRITER, jdir, str(n), go_on, str(scaled(120)), stdout=subprocess.PIPE)
     seen: list[int] = []
     deleted_while_writing = 0
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + scaled(60)
         while not os.path.isdir(os.path.join(jdir, "jnl")):
             assert time.monotonic() < deadline and writer.poll() is None, "the writer did not start"
             time.sleep(0.01)
@@ -485,14 +498,16 @@ def test_a_writer_appending_during_retention_loses_nothing(jdir: str) -> None:
                 finally:
                     unlock_file(lock)
                 deleted_while_writing += len(result.deleted) if running else 0
+                if deleted_while_writing and not os.path.exists(go_on):
+                    open(go_on, "w").close()
                 if not running and scanner.offset == reader_stops:
                     break
-        assert writer.wait(30) == 0
+        assert writer.wait(scaled(30)) == 0
         assert writer.stdout is not None and writer.stdout.read() == f"done {n}\n"
     finally:
         if writer.poll() is None:
             writer.kill()
-            writer.wait(30)
+            writer.wait(scaled(30))
     assert seen == list(range(reader_stops)), "the reader saw every message once, in order"
     assert deleted_while_writing > 0, "retention deleted segments while the writer was appending"
     with sej.Offset(jdir, "hub") as hub:
@@ -573,7 +588,7 @@ def test_a_second_run_is_refused_while_another_holds_the_lock(tmp_path: Path) ->
     finally:
         assert holder.stdin is not None
         holder.stdin.close()
-        holder.wait(30)
+        holder.wait(scaled(30))
     r = cli(root, "--max-messages", "0")
     assert r.returncode == 0 and "deleted 12 segments" in r.stdout, r.stdout + r.stderr
 

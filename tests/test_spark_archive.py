@@ -33,6 +33,7 @@ from sej.spark.archive import (
 from sej.spark.plan import find_sources, split_name
 
 from .conftest import REPO, run_python
+from .timing import scaled
 
 SCRIPT = str(REPO / "scripts" / "archive.py")
 T0 = 1_700_000_000_000_000_000
@@ -271,9 +272,11 @@ def test_library_errors_name_the_bad_value(spark, tmp_path) -> None:
         archive(spark, root, dest)
 
 
-def run_script(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def run_script(*args: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+    """Run scripts/archive.py (it starts a Spark of its own); `timeout` defaults to scaled(300) s."""
     env = dict(os.environ, PYTHONPATH=str(REPO), SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
-    return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True,
+                          timeout=scaled(300) if timeout is None else timeout, env=env)  # fmt: skip
 
 
 def test_the_script_archives_end_to_end_and_a_second_run_has_nothing_to_do(spark, tmp_path) -> None:

@@ -12,6 +12,7 @@ from sej.layout import segment_name
 from sej.message import OVERHEAD
 
 from .conftest import run_python
+from .timing import scaled
 
 
 def read_all(d: str) -> list[sej.Message]:
@@ -256,7 +257,7 @@ def test_sync_mode_group_commit_from_many_threads(jdir: str) -> None:
         for t in threads:
             t.start()
         for t in threads:
-            t.join(60)
+            t.join(scaled(60))
         assert w._commit.durable == w._written, "every acknowledged byte was fsynced"
     assert not errors
     msgs = read_all(jdir)
