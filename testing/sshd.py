@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 SSHD = "/usr/sbin/sshd"
 HOST = "127.0.0.1"
 
-# Deadlines only (every wait ends as soon as its event happens), scaled for loaded machines (tests/timing.py).
+# Deadlines only (every wait ends as soon as its event happens), scaled for loaded machines (testing/timing.py).
 START_TIMEOUT = scaled(10.0)  # seconds until sshd must answer with its SSH banner
 STOP_TIMEOUT = scaled(5.0)  # seconds between SIGTERM and SIGKILL, and for killed connections to be reaped
 CLIENT_TIMEOUT = scaled(10.0)  # paramiko_client's connect, banner and authentication timeouts

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from .timing import scaled
+from testing.timing import scaled
 
 if TYPE_CHECKING:
     from testing.sshd import Sshd

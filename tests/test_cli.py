@@ -28,9 +28,9 @@ from sej.cmd.main import cli
 from sej.layout import index_path, segment_path
 from sej.shard import format_shard
 from sej.timestamps import TimeError, format_time, parse_time
+from testing.timing import scaled
 
 from .conftest import popen_python, run_with_stderr_on_a_terminal
-from .timing import scaled
 
 REPO = Path(__file__).resolve().parent.parent
 T0 = 1712345678901234567  # 2024-04-05T19:34:38.901234567Z

@@ -28,13 +28,12 @@ from pathlib import Path
 import pytest
 
 import sej
+from testing.timing import scaled
 
 try:
     from tests.conftest import popen_python
-    from tests.timing import scaled
 except ImportError:  # tests/ run as the rootdir
     from conftest import popen_python  # type: ignore[no-redef]
-    from timing import scaled  # type: ignore[no-redef]
 
 # ---------------------------------------------------------------------------
 # Message contents: a pure function of the offset, shared with the child.

@@ -15,8 +15,9 @@ import sys
 
 import pytest
 
+from testing.timing import scaled
+
 from .conftest import REPO
-from .timing import scaled
 
 pytestmark = pytest.mark.skipif(
     shutil.which("strace") is None and not os.environ.get("CI"), reason="needs strace (CI installs it)"

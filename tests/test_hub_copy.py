@@ -19,9 +19,9 @@ from sej.hub import CopyError, LocalSource, copy_all, copy_journal, destination_
 from sej.hub.names import check_journal_name, check_segment_name
 from sej.offset import read_offset_file
 from sej.shard import is_shard_name
+from testing.timing import scaled
 
 from .conftest import REPO, popen_python, run_python, run_with_stderr_on_a_terminal
-from .timing import scaled
 
 
 def produce(root: str, n: int, segment_size: int = 3000, seed: int = 0) -> None:

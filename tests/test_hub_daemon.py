@@ -2,7 +2,7 @@
 
 Sources are real sharded roots written with the library; the console script and the cron
 script run as real subprocesses; the SSH tests talk to a real OpenSSH sshd on 127.0.0.1
-(testing/sshd.py). Every wait is for an event, bounded by a deadline scaled for loaded machines (tests/timing.py).
+(testing/sshd.py). Every wait is for an event, bounded by a deadline scaled for loaded machines (testing/timing.py).
 """
 
 from __future__ import annotations
@@ -28,8 +28,7 @@ from sej.hub.daemon import ClientReport, Hub, backoff_delay, lock_hub, lock_path
 from sej.hub.ssh import HostKeyError
 from sej.lock import lock_file, unlock_file
 from sej.offset import read_offset_file
-
-from .timing import scaled
+from testing.timing import scaled
 
 if TYPE_CHECKING:
     from testing.sshd import Sshd

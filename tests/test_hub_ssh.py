@@ -16,10 +16,10 @@ import sej
 from sej.hub import copy_all
 from sej.hub.ssh import HostKeyError, connect, resolve, sftp_sources
 from sej.offset import read_offset_file
+from testing.timing import scaled
 
 from .conftest import REPO, popen_python
 from .test_hub_copy import PRODUCER, PacedProducer, assert_identical, assert_prefix, produce
-from .timing import scaled
 
 
 def endpoint(sshd, known_hosts=None):  # type: ignore[no-untyped-def]

@@ -12,13 +12,12 @@ import time
 import pytest
 
 import sej
+from testing.timing import scaled, wait_until, wait_until_scanner_waits
 
 try:
     from tests.conftest import popen_python, run_python
-    from tests.timing import scaled, wait_until, wait_until_scanner_waits
 except ImportError:  # tests/ run as the rootdir
     from conftest import popen_python, run_python  # type: ignore[no-redef]
-    from timing import scaled, wait_until, wait_until_scanner_waits  # type: ignore[no-redef]
 
 CONTENT_SRC = r'''
 import hashlib

@@ -7,9 +7,9 @@ import subprocess
 import sys
 
 import sej
+from testing.timing import scaled
 
 from .conftest import REPO
-from .timing import scaled
 
 
 def run_pipeline(*args: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:

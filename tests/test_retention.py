@@ -29,9 +29,9 @@ from sej.layout import index_path, segment_path
 from sej.lock import unlock_file
 from sej.offset import write_offset_file
 from sej.retention import LOCK_NAME, apply_retention, lock_retention, plan_retention
+from testing.timing import scaled
 
 from .conftest import REPO, popen_python
-from .timing import scaled
 
 SCRIPT = REPO / "scripts" / "retention.py"
 NS = 10**9

@@ -14,8 +14,7 @@ import pytest
 import sej
 from sej.layout import index_path
 from sej.message import encode
-
-from .timing import scaled, wait_until_scanner_waits
+from testing.timing import scaled, wait_until_scanner_waits
 
 
 def build(jdir: str, n: int, segment_size: int = 1 << 30, **kw) -> None:

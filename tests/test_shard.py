@@ -21,9 +21,9 @@ from sej.shard import (
     merged_scan,
     parse_shard,
 )
+from testing.timing import scaled
 
 from .conftest import popen_python, run_python
-from .timing import scaled
 
 # -- names ------------------------------------------------------------------------------------
 

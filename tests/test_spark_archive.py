@@ -31,9 +31,9 @@ from sej.spark.archive import (
     verify,
 )
 from sej.spark.plan import find_sources, split_name
+from testing.timing import scaled
 
 from .conftest import REPO, run_python
-from .timing import scaled
 
 SCRIPT = str(REPO / "scripts" / "archive.py")
 T0 = 1_700_000_000_000_000_000

@@ -12,10 +12,10 @@ import pytest
 
 import sej
 from sej.offset import read_offset_file
+from testing.timing import scaled, wait_until
 
 from .conftest import popen_python
 from .test_spark_batch import scanner_rows
-from .timing import scaled, wait_until
 
 pytest.importorskip("pyspark")
 from sej.spark.stream import share_rows  # noqa: E402

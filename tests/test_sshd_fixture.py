@@ -13,8 +13,7 @@ import paramiko
 import pytest
 
 from testing.sshd import Sshd, descendants, keygen
-
-from .timing import scaled
+from testing.timing import scaled
 
 
 def test_sftp_lists_and_reads_a_local_file(sshd: Sshd, tmp_path: Path) -> None:

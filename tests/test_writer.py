@@ -10,9 +10,9 @@ import pytest
 import sej
 from sej.layout import segment_name
 from sej.message import OVERHEAD
+from testing.timing import scaled
 
 from .conftest import run_python
-from .timing import scaled
 
 
 def read_all(d: str) -> list[sej.Message]:
