@@ -40,24 +40,30 @@ def last_messages(dir: str | os.PathLike[str], n: int) -> list[Message]:
             break
         seg = segments[i]
         if i == len(segments) - 1:
-            end = tail(index_path(path, seg.first_offset), seg)[0].end  # skips a torn tail
+            w = tail(index_path(path, seg.first_offset), seg)[0]
+            end, last = w.end, w.next_offset - 1  # skips a torn tail
         else:
-            end = os.path.getsize(seg.path)
+            end, last = os.path.getsize(seg.path), segments[i + 1].first_offset - 1
         with open(seg.path, "rb") as f:
-            out.extend(_backward(f.fileno(), seg, end, n - len(out)))
+            out.extend(_backward(f.fileno(), seg, end, n - len(out), last))
     out.reverse()
     return out
 
 
-def _backward(fd: int, seg: Segment, end: int, want: int) -> list[Message]:
-    """Up to `want` messages of one segment ending at `end`, newest first."""
+def _backward(fd: int, seg: Segment, end: int, want: int, last: int) -> list[Message]:
+    """Up to `want` messages of one segment ending at `end`, newest first.
+
+    `last` is the offset the frame ending at `end` must carry (the one before the next
+    segment's first, or before the next offset): a frame read backward is checked like one
+    read forward, so a damaged segment raises instead of giving a message of the wrong offset.
+    """
     got: list[Message] = []
     while end > 0 and len(got) < want:
         size = I32.unpack(os.pread(fd, 4, end - 4))[0] if end >= 4 else -1
         if size < OVERHEAD or size > end:
             raise CorruptionError(seg.path, max(end - 4, 0), "trailing size field does not fit a frame")
         frame = os.pread(fd, size, end - size)
-        expect = got[-1].offset - 1 if got else None
+        expect = got[-1].offset - 1 if got else last
         msgs, used, problem = decode_batch(frame, 0, len(frame), expect, 1)
         if not msgs or problem is not None or used != size:
             reason = problem.reason if problem else "frame does not decode"

@@ -300,6 +300,36 @@ def test_last_messages_reads_backward_across_segments(jdir: str) -> None:
         sej.last_messages(jdir, -1)
 
 
+def test_last_messages_checks_the_offsets_it_reads_backward(jdir: str) -> None:
+    """The last frame of a finished segment read backward must carry the offset before the next segment's.
+
+    Found by tests/test_fuzz.py: a flipped byte in that frame's offset field was returned as a message
+    of offset 2751463425 (the journal holds offsets 0 and 1).
+    """
+    with sej.Writer(jdir, segment_size=50) as w:
+        w.append(b"", timestamp=1)
+        w.append(b"\x07", timestamp=2)  # 26 + 27 bytes: the segment is full, the writer rolls to an empty one
+    assert [os.path.getsize(s.path) for s in sej.list_segments(jdir)] == [53, 0]
+    seg = sej.list_segments(jdir)[0].path
+    with open(seg, "r+b") as f:
+        f.seek(26 + 4)  # inside the offset field of frame 1
+        f.write(b"\xa4")
+    with pytest.raises(sej.CorruptionError, match="reading backward"):
+        sej.last_messages(jdir, 1)
+    with open(seg, "r+b") as f:  # and a wrong offset in the live segment's last frame
+        f.seek(30)
+        f.write(b"\x00")
+    with sej.Writer(jdir, segment_size=1 << 20) as w:
+        w.append(b"x", timestamp=3)
+        w.append(b"y", timestamp=4)
+    last = sej.list_segments(jdir)[-1].path
+    with open(last, "r+b") as f:
+        f.seek(27 + 7)  # the low byte of the last frame's offset (frame 0 is 27 bytes)
+        f.write(b"\x09")
+    assert [m.offset for m in sej.last_messages(jdir, 5)] == [0, 1, 2]  # the tail walk stops before it
+    assert sej.next_offset(jdir) == 3
+
+
 def test_big_messages_larger_than_the_read_chunk(jdir: str) -> None:
     big = os.urandom(3 << 20)
     with sej.Writer(jdir) as w:
