@@ -12,6 +12,7 @@ timestamp, and each line names its journal.
 from __future__ import annotations
 
 import heapq
+import os
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -19,10 +20,13 @@ from typing import Any
 
 import click
 
-from ..errors import OffsetOutOfRangeError
+from ..errors import CorruptionError, OffsetOutOfRangeError
+from ..index import Entry
 from ..journal import first_offset, last_messages, next_offset, offset_at_time
+from ..layout import find_segment, index_path, list_segments
 from ..message import NO_TIMESTAMP, Message
 from ..scanner import Scanner
+from ..segment import seek_entry, walk
 from ..shard import Journal
 from .errors import usage
 from .output import FORMATS, MessageWriter
@@ -125,9 +129,17 @@ def _keyed(i: int, msgs: Iterator[Message]) -> Iterator[tuple[int, int, int, Mes
 
 
 def count_messages(journals: list[Journal], f: Filters) -> int:
-    """How many messages scan would print; without time or type filters, next - start for each journal."""
+    """How many messages scan would print; without time or type filters, next - start for each journal.
+
+    That arithmetic count is given only after checking the frames scan would read (without
+    decoding them): where scan fails on a damaged journal, count fails the same way.
+    """
     plans = plan(journals, f)
     if not f.decode_needed:
+        with progress(sum(p.stop - p.start for p in plans), "checking") as tick:
+            for p in plans:
+                check_frames(p.journal.path, p.start)
+                tick(p.stop - p.start)
         return sum(p.stop - p.start for p in plans)
     total = 0
     with progress(sum(p.stop - p.start for p in plans), "counting") as tick:
@@ -136,6 +148,40 @@ def count_messages(journals: list[Journal], f: Filters) -> int:
                 for _ in journal_messages(s, f, tick):
                     total += 1
     return total
+
+
+def check_frames(dir: str, start: int) -> None:
+    """Raise CorruptionError where a scan of `dir` from `start` would fail; reads frames, decodes none.
+
+    Like the scanner: from the index entry at or before `start`, every frame whole and in
+    sequence, each finished segment ending with a whole frame and followed by the segment of the
+    next offset; only the last segment may end in a torn frame (a writer may be appending it).
+    """
+    segments = list_segments(dir)
+    i = find_segment(segments, start)
+    if i < 0:
+        raise OffsetOutOfRangeError(start, segments[0].first_offset if segments else 0, next_offset(dir))
+    expect = None
+    for j in range(i, len(segments)):
+        seg = segments[j]
+        last = j == len(segments) - 1
+        if expect is not None and seg.first_offset != expect:
+            raise CorruptionError(seg.path, 0, f"gap: segment starts at offset {seg.first_offset}, expected {expect}")
+        with open(seg.path, "rb") as fh:
+            fd = fh.fileno()
+            size = os.fstat(fd).st_size
+            entry = Entry(seg.first_offset, 0, NO_TIMESTAMP)
+            if j == i:
+                entry = seek_entry(index_path(dir, seg.first_offset), seg, fd, size, last,
+                                   lambda index: index.floor_offset(start))  # fmt: skip
+            w = walk(fd, entry, size)
+        if w.problem is not None and not (last and w.problem.incomplete):
+            p = w.problem
+            reason = p.reason if not p.incomplete else "incomplete message at the end of a finished segment"
+            raise CorruptionError(seg.path, p.position, reason, size - p.position)
+        if j == i and w.next_offset < start:
+            raise OffsetOutOfRangeError(start, segments[0].first_offset, w.next_offset)
+        expect = w.next_offset
 
 
 def filter_options(fn: Callable[..., Any]) -> Callable[..., Any]:
