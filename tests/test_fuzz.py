@@ -98,9 +98,16 @@ def _progress_log() -> Iterator[None]:
     COLLECTOR.flush()
 
 
+FAST_TMP = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+
+
 @contextmanager
-def tmpdir() -> Iterator[str]:
-    d = tempfile.mkdtemp(prefix="sej-fuzz-")
+def tmpdir(memory: bool = True) -> Iterator[str]:
+    """A fresh directory for one example: in /dev/shm when there is one (tens of thousands of small
+    files are created per minute; a disk makes that the bottleneck), else the temp dir.
+    SEJ_FUZZ_TMP overrides the place."""
+    base = os.environ.get("SEJ_FUZZ_TMP") or (FAST_TMP if memory else None)
+    d = tempfile.mkdtemp(prefix="sej-fuzz-", dir=base)
     try:
         yield d
     finally:
@@ -512,26 +519,42 @@ def embed_positions(b: Built) -> list[tuple[str, int, int]]:
 # -- index snapshots ---------------------------------------------------------------------------
 
 
-def idx_snapshot(dir: str) -> dict[str, bytes]:
+IdxSnapshot = dict[str, tuple[bytes, tuple[int, int, int]]]
+
+
+def _stat_key(path: str) -> tuple[int, int, int]:
+    st = os.stat(path)
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def idx_snapshot(dir: str) -> IdxSnapshot:
     d = os.path.join(dir, "idx")
     out = {}
     if os.path.isdir(d):
         for n in os.listdir(d):
-            with open(os.path.join(d, n), "rb") as f:
-                out[n] = f.read()
+            p = os.path.join(d, n)
+            with open(p, "rb") as f:
+                out[n] = (f.read(), _stat_key(p))
     return out
 
 
-def idx_restore(dir: str, snap: dict[str, bytes]) -> None:
+def idx_restore(dir: str, snap: IdxSnapshot) -> None:
     """Put the index files back as they were (readers rebuild and save indexes of finished segments)."""
     d = os.path.join(dir, "idx")
     os.makedirs(d, exist_ok=True)
     for n in os.listdir(d):
         if n not in snap:
             os.remove(os.path.join(d, n))
-    for n, data in snap.items():
-        with open(os.path.join(d, n), "wb") as f:
+    for n, (data, key) in list(snap.items()):
+        p = os.path.join(d, n)
+        try:
+            if _stat_key(p) == key:
+                continue  # untouched (sej replaces index files, so a rewrite changes the inode)
+        except FileNotFoundError:
+            pass
+        with open(p, "wb") as f:
             f.write(data)
+        snap[n] = (data, _stat_key(p))
 
 
 def quarantine_files(dir: str) -> set[str]:
@@ -604,7 +627,7 @@ def check_readers(  # type: ignore[no-untyped-def]
     an: Analysis,
     dir: str,
     draw,
-    idx: dict[str, bytes],
+    idx: IdxSnapshot,
     exact: bool,
     live_next: int | None = None,
 ) -> int | None:
@@ -965,7 +988,7 @@ def test_huge_frame_claims_in_sparse_segments_end(where: str, vs: int, nmsgs: in
 
     Readers must end (an error, or a torn tail's silent stop), not read the same 2 GiB forever.
     """
-    with example_of("huge", (where, vs, nmsgs, how)), tmpdir() as d:
+    with example_of("huge", (where, vs, nmsgs, how)), tmpdir(memory=False) as d:
         j = os.path.join(d, "j")
         with sej.Writer(j, segment_size=1 << 40) as w:
             for i in range(nmsgs):
