@@ -330,6 +330,24 @@ def test_last_messages_checks_the_offsets_it_reads_backward(jdir: str) -> None:
     assert sej.next_offset(jdir) == 3
 
 
+def test_last_messages_reads_backward_only_what_reads_forward(jdir: str) -> None:
+    """Found by tests/test_fuzz.py: a frame appended after the end of a finished segment, carrying the
+    offset of that segment's last message, was returned by last_messages(1); an emptied segment
+    between two others (a gap of one offset) went unnoticed."""
+    with sej.Writer(jdir, segment_size=50) as w:
+        for v in (b"a", b"b", b"c", b"d"):
+            w.append(v, timestamp=1)
+    segs = sej.list_segments(jdir)  # [0, 1] [2, 3] [] (27-byte frames, rolled at 54 bytes)
+    assert [s.first_offset for s in segs] == [0, 2, 4]
+    with open(segs[1].path, "ab") as f:
+        f.write(encode(3, 1, 0, b"", b"forged"))  # after the whole frames of a finished segment
+    with pytest.raises(sej.CorruptionError, match="do not read forward"):
+        sej.last_messages(jdir, 1)
+    os.truncate(segs[1].path, 0)  # now offsets 2 and 3 are gone: a gap between 1 and 4
+    with pytest.raises(sej.CorruptionError, match="gap"):
+        sej.last_messages(jdir, 3)
+
+
 def test_big_messages_larger_than_the_read_chunk(jdir: str) -> None:
     big = os.urandom(3 << 20)
     with sej.Writer(jdir) as w:
