@@ -447,6 +447,17 @@ class Model:
     def snapshot(self) -> dict[str, bytes]:
         return {n: bytes(s.data) for n, s in self.segs.items()}
 
+    def index_entries(self, seg: SegModel) -> list[tuple[int, int]]:
+        """(offset, position) of the entries of the segment's index file as it is on disk."""
+        try:
+            with open(os.path.join(self.dir, "idx", f"{seg.first:016x}.idx"), "rb") as f:
+                raw = f.read()
+        except OSError:
+            return []
+        if len(raw) < 16 or raw[:8] != b"SEJIDX01" or U64.unpack_from(raw, 8)[0] != seg.first:
+            return []
+        return [(U64.unpack_from(raw, i)[0], U64.unpack_from(raw, i + 8)[0]) for i in range(16, len(raw) - 23, 24)]
+
     def analyse(self) -> Analysis:
         segs = [self.segs[n] for n in self.names()]
         V: dict[int, set[Message]] = {}
@@ -466,6 +477,12 @@ class Model:
             for w in ws:
                 for _p, _e, m in w.frames:
                     V.setdefault(m.offset, set()).add(m)
+            # A torn frame is not a writer's torn tail when a valid index entry points past it: the
+            # index shows a later whole frame, so the "incomplete" one is a corrupt one.
+            entries = self.index_entries(seg)
+            for w in ws:
+                if w.status == "torn" and not w.evident:
+                    w.evident = any(p > w.end and o >= w.next and ref_frame(buf, p, o)[0] == OK for o, p in entries)
         ends_ok: set[int] = set()
         last_ends: set[tuple[int, int]] = set()
         last_e0 = 0
