@@ -8,7 +8,7 @@ from .errors import CorruptionError, InvalidArgumentError
 from .frames import I32, OVERHEAD, Message, decode_batch
 from .fsutil import open_file
 from .layout import Segment, index_path, journal_path, list_segments
-from .segment import pread_full, read_messages, seek_entry, tail
+from .segment import pread_full, read_messages, seek_entry, tail, walk
 
 
 def first_offset(dir: str | os.PathLike[str]) -> int:
@@ -40,25 +40,54 @@ def last_messages(dir: str | os.PathLike[str], n: int) -> list[Message]:
         if len(out) >= n:
             break
         seg = segments[i]
-        if i == len(segments) - 1:
-            end = tail(index_path(path, seg.first_offset), seg)[0].end  # skips a torn tail
+        is_last = i == len(segments) - 1
+        if is_last:
+            w = tail(index_path(path, seg.first_offset), seg)[0]
+            end, last = w.end, w.next_offset - 1  # skips a torn tail
         else:
-            end = os.path.getsize(seg.path)
+            end, last = os.path.getsize(seg.path), segments[i + 1].first_offset - 1
+        if end == 0 and last != seg.first_offset - 1:  # an empty segment must be named like the next one
+            raise CorruptionError(seg.path, 0, f"gap: the segment is empty, the next one starts at offset {last + 1}")
         with open_file(seg.path) as f:
-            out.extend(_backward(f.fileno(), seg, end, n - len(out)))
+            got = _backward(f.fileno(), seg, end, n - len(out), last)
+            if got:
+                _check_forward(path, seg, f.fileno(), end, is_last, got)
+        out.extend(got)
     out.reverse()
     return out
 
 
-def _backward(fd: int, seg: Segment, end: int, want: int) -> list[Message]:
-    """Up to `want` messages of one segment ending at `end`, newest first."""
+def _check_forward(dir: str, seg: Segment, fd: int, end: int, is_last: bool, got: list[Message]) -> None:
+    """Raise CorruptionError unless the frames read backward are the ones a forward read finds.
+
+    Reading backward trusts each frame's trailing size field; bytes appended after the last whole
+    frame, or damage in between, can make it find a "frame" a forward read never reaches. So the
+    frames from the index entry at or before the oldest one up to `end` are walked forward: they
+    must all be valid and end exactly at `end`, with the newest offset read backward.
+    """
+    size = os.fstat(fd).st_size
+    oldest = got[-1].offset
+    entry = seek_entry(index_path(dir, seg.first_offset), seg, fd, size, is_last, lambda ix: ix.floor_offset(oldest))
+    w = walk(fd, entry, end)
+    if w.problem is not None or w.end != end or w.next_offset != got[0].offset + 1:
+        reason = w.problem.reason if w.problem is not None else f"a forward read ends at offset {w.next_offset}"
+        raise CorruptionError(seg.path, w.end, f"the frames read backward do not read forward: {reason}")
+
+
+def _backward(fd: int, seg: Segment, end: int, want: int, last: int) -> list[Message]:
+    """Up to `want` messages of one segment ending at `end`, newest first.
+
+    `last` is the offset the frame ending at `end` must carry (the one before the next
+    segment's first, or before the next offset): a frame read backward is checked like one
+    read forward, so a damaged segment raises instead of giving a message of the wrong offset.
+    """
     got: list[Message] = []
     while end > 0 and len(got) < want:
         size = I32.unpack(os.pread(fd, 4, end - 4))[0] if end >= 4 else -1
         if size < OVERHEAD or size > end:
             raise CorruptionError(seg.path, max(end - 4, 0), "trailing size field does not fit a frame")
         frame = pread_full(fd, size, end - size)
-        expect = got[-1].offset - 1 if got else None
+        expect = got[-1].offset - 1 if got else last
         msgs, used, problem = decode_batch(frame, 0, len(frame), expect, 1)
         if not msgs or problem is not None or used != size:
             reason = problem.reason if problem else "frame does not decode"

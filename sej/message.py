@@ -55,6 +55,10 @@ def _short(obj: object) -> str:
 def encode(offset: int, timestamp: int | None, type: int, key: bytes, value: bytes) -> bytes:
     """Encode one frame. Raises InvalidArgumentError naming a field that does not fit."""
     ts = NO_TIMESTAMP if timestamp is None else timestamp
+    if isinstance(key, memoryview):  # its len() counts items, not bytes
+        key = key.tobytes()
+    if isinstance(value, memoryview):
+        value = value.tobytes()
     try:
         klen = len(key)
         vlen = len(value)
@@ -83,9 +87,8 @@ def decode(buf: bytes | bytearray | memoryview, pos: int = 0, expect: int | None
         raise InvalidArgumentError(f"pos must be an int in 0..{len(buf)}, got {pos!r}")
     if expect is not None and (not isinstance(expect, int) or isinstance(expect, bool)):
         raise InvalidArgumentError(f"expect must be an int offset or None, got {expect!r}")
-    if isinstance(buf, memoryview):
-        buf = buf.cast("B") if buf.format != "B" else buf
-        buf = bytes(buf)  # so the key and value come out as bytes
+    if not isinstance(buf, bytes):
+        buf = buf.tobytes() if isinstance(buf, memoryview) else bytes(buf)  # the key and value come out as bytes
     msgs, end, problem = decode_batch(buf, pos, len(buf), expect, 1)
     if msgs:
         return msgs[0], end

@@ -51,7 +51,7 @@ def recover_tail(dir: str, seg: Segment, strict: bool = False) -> Tail:
         if w.problem is None:
             return Tail(w, index, on_disk, None)
         length = w.size - w.end
-        if strict:
+        if strict and w.resume is None:  # strict refuses to cut; damage in place is never cut
             raise CorruptionError(seg.path, w.end, w.problem.reason, length)
         if w.resume is not None:
             # A frame damaged in place, with whole frames after it: not a tail. Cutting would throw

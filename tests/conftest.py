@@ -6,7 +6,8 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,6 +25,53 @@ REPO = Path(__file__).resolve().parent.parent
 def jdir(tmp_path: Path) -> str:
     """A path for a journal directory (not created)."""
     return str(tmp_path / "journal")
+
+
+def soak_rounds() -> int | None:
+    """SEJ_SOAK_ROUNDS, when set: the kill-round tests run that many rounds, bounded by count only.
+
+    Unset (CI): each such test runs its own small number of rounds within a time budget.
+    See scripts/soak.sh.
+    """
+    value = os.environ.get("SEJ_SOAK_ROUNDS", "").strip()
+    return max(1, int(value)) if value else None
+
+
+def keep_failed_state(label: str, *paths: str) -> str:
+    """Copy `paths` (journals, hub roots) aside after a failed round; return where they went.
+
+    To $SEJ_SOAK_KEEP, or <tmp>/sej-soak-failures: pytest's own tmp_path is deleted after a few runs.
+    """
+    import re as _re
+    import time as _time
+
+    base = os.environ.get("SEJ_SOAK_KEEP") or os.path.join(tempfile.gettempdir(), "sej-soak-failures")
+    dest = os.path.join(base, f"{_re.sub(r'[^A-Za-z0-9_.-]+', '_', label)}-{_time.time_ns()}")
+    for p in paths:
+        if os.path.exists(p):
+            shutil.copytree(p, os.path.join(dest, os.path.basename(p.rstrip("/"))), symlinks=True,
+                            ignore_dangling_symlinks=True, dirs_exist_ok=True)  # fmt: skip
+    return dest
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    """Remember each phase's report on the item, so that fixtures can see whether the test failed."""
+    rep = yield
+    setattr(item, "rep_" + rep.when, rep)
+    return rep
+
+
+@pytest.fixture
+def keep_on_failure(request: pytest.FixtureRequest) -> Iterator[Callable[[str], None]]:
+    """Call it with directories (a journal, a hub root): if the test fails they are copied aside."""
+    paths: list[str] = []
+    yield paths.append
+    rep = getattr(request.node, "rep_call", None)
+    if rep is not None and rep.failed and paths:
+        dest = keep_failed_state(request.node.name, *paths)
+        print(f"the failing state is kept in {dest}")
+        rep.sections.append(("failing state", f"kept in {dest}"))
 
 
 def run_python(code: str, *args: str, timeout: float | None = None, **kw: object) -> subprocess.CompletedProcess[str]:

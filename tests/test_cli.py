@@ -277,6 +277,26 @@ def test_count_fails_where_scan_fails_on_a_corrupt_frame(jnl: str, where: str) -
     assert sub("count", jnl, "--type", "0", code=1).stderr.strip() == error
 
 
+@pytest.mark.parametrize("damage", ["flip", "torn-finished-segment", "gap"])
+def test_count_fails_where_scan_fails(jnl: str, damage: str) -> None:
+    """Found by tests/test_fuzz.py: count (arithmetic) exited 0 on journals scan reports as corrupt."""
+    segs = sej.list_segments(jnl)
+    if damage == "flip":  # the offset field of a frame in the middle of a finished segment
+        with open(segs[1].path, "r+b") as f:
+            _, second = sej.decode(f.read())  # where the second frame starts
+            f.seek(second + 5)
+            f.write(b"\xff")
+    elif damage == "torn-finished-segment":
+        os.truncate(segs[1].path, os.path.getsize(segs[1].path) - 3)
+    else:
+        os.remove(segs[1].path)
+    scan = run("scan", jnl, code=1)
+    count = run("count", jnl, code=1)
+    assert count.stdout == "" and count.stderr.startswith("sej: error: ")
+    assert run("scan", jnl, "--count", code=1).stderr == count.stderr
+    assert scan.stderr.split(":")[2] == count.stderr.split(":")[2]  # the same file
+
+
 def test_scan_and_count_a_sharded_root(root: tuple[str, dict[str, list[int]]]) -> None:
     path, where = root
     out = jsonl(run("scan", path).stdout)

@@ -31,9 +31,9 @@ import sej
 from testing.timing import scaled
 
 try:
-    from tests.conftest import popen_python
+    from tests.conftest import popen_python, soak_rounds
 except ImportError:  # tests/ run as the rootdir
-    from conftest import popen_python  # type: ignore[no-redef]
+    from conftest import popen_python, soak_rounds  # type: ignore[no-redef]
 
 # ---------------------------------------------------------------------------
 # Message contents: a pure function of the offset, shared with the child.
@@ -138,6 +138,9 @@ w.close()
 )
 
 MODES = ("sync", "flush", "buffered-sync", "buffered-flush")
+# SEJ_CRASH_MODES=sync,flush: only those modes (the soak of scripts/soak.sh uses sync: acknowledged = fsynced).
+CRASH_MODES = tuple(m for m in os.environ.get("SEJ_CRASH_MODES", "").replace(" ", "").split(",") if m) or MODES
+assert set(CRASH_MODES) <= set(MODES), f"SEJ_CRASH_MODES must name modes of {MODES}"
 SEG = 4096
 QUARANTINE_RE = re.compile(r"\A([0-9a-f]{16}\.jnl)\.cut-(\d+)-(\d+)\Z")
 
@@ -255,13 +258,18 @@ def torn_tail(rng: random.Random, n: int, last: bytes) -> tuple[str, bytes]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("slot", [0, 1])
-def test_sigkill_writer_at_random_moments(tmp_path: Path, slot: int) -> None:
+def test_sigkill_writer_at_random_moments(tmp_path: Path, slot: int, keep_on_failure: Callable[[str], None]) -> None:
+    """CI: 20 rounds per slot within 45 s; SEJ_SOAK_ROUNDS=N: N rounds per slot, however long they take."""
     seed = int(os.environ.get("SEJ_CRASH_SEED", random.randrange(2**32))) + slot
     print(f"SEJ_CRASH_SEED={seed - slot} (slot {slot}, seed {seed})")
     rng = random.Random(seed)
     d = str(tmp_path / "journal")
-    rounds = 20
-    budget = time.monotonic() + scaled(45)  # rounds stop early (still checked) rather than overrun
+    keep_on_failure(d)
+    soak = soak_rounds()
+    rounds = soak or 20
+    # CI: rounds stop early (still checked) rather than overrun; a soak is bounded by its count only.
+    budget = float("inf") if soak else time.monotonic() + scaled(45)
+    t_start = time.monotonic()
     n = 0  # messages verified so far
     seen_q: set[str] = set()
     stats = {"acked_rounds": 0, "early": 0, "recovered_parent": 0, "recovered_child": 0, "injected": 0}
@@ -270,7 +278,7 @@ def test_sigkill_writer_at_random_moments(tmp_path: Path, slot: int) -> None:
         if time.monotonic() > budget:
             break
         done_rounds += 1
-        mode = rng.choice(MODES)
+        mode = rng.choice(CRASH_MODES)
         ctx = f"seed {seed} round {r} mode {mode}"
 
         # Some rounds start from a torn or corrupt tail, to be recovered by the child.
@@ -424,7 +432,10 @@ def test_sigkill_writer_at_random_moments(tmp_path: Path, slot: int) -> None:
             assert SEG <= size < SEG + MAX_FRAME, f"{ctx}: finished segment {s.path} has {size} bytes"
         print(f"{ctx}: {len(acks)} acks up to {acked}, journal {n}, recovered={rec is not None}")
 
-    print(f"seed {seed}: {done_rounds} rounds, {n} messages, {len(sej.list_segments(d))} segments, {stats}")
+    print(f"seed {seed}: {done_rounds} rounds, {n} messages, {len(sej.list_segments(d))} segments, {stats}, "
+          f"modes {CRASH_MODES}, {time.monotonic() - t_start:.1f} s")  # fmt: skip
+    if soak:
+        assert done_rounds == soak
     assert done_rounds >= 8, f"only {done_rounds} rounds fit in the time budget"
     assert stats["acked_rounds"] >= done_rounds // 3, f"too few rounds got acknowledgements: {stats}"
     assert stats["recovered_parent"] + stats["recovered_child"] >= 1, f"no recovery was exercised: {stats}"

@@ -21,7 +21,7 @@ from sej.offset import read_offset_file
 from sej.shard import is_shard_name
 from testing.timing import scaled
 
-from .conftest import REPO, popen_python, run_python, run_with_stderr_on_a_terminal
+from .conftest import REPO, popen_python, run_python, run_with_stderr_on_a_terminal, soak_rounds
 
 
 def produce(root: str, n: int, segment_size: int = 3000, seed: int = 0) -> None:
@@ -163,6 +163,39 @@ def test_incremental_copies_while_the_producer_writes_and_rolls(tmp_path) -> Non
     assert max(len(sej.list_segments(os.path.join(hub, d))) for d in os.listdir(hub)) > 10
 
 
+# A producer that writes until its stdin is closed (at most n messages), so that every kill round of a
+# long run happens while it writes; it prints how many messages it wrote.
+PRODUCER_UNTIL_EOF = r"""
+import random, sys, threading, time, sej
+root, n, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+rng = random.Random(seed)
+stop = threading.Event()
+threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+i = 0
+with sej.ShardedWriter(root, "p", shard_bit=2, segment_size=2000, durability="flush") as w:
+    print("writing", flush=True)
+    while i < n and not stop.is_set():
+        w.append(b"v%d-" % i + rng.randbytes(rng.randrange(0, 80)), key=b"k%d" % rng.randrange(40))
+        i += 1
+        if i % 3 == 0:
+            time.sleep(0.005)
+print(i, flush=True)
+"""
+
+
+def start_producer(src: str, seed: int, n: int = 1_000_000) -> subprocess.Popen[str]:
+    p = popen_python(PRODUCER_UNTIL_EOF, src, str(n), str(seed), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert p.stdout is not None and p.stdout.readline().strip() == "writing"
+    return p
+
+
+def stop_producer(p: subprocess.Popen[str]) -> int:
+    """Close its stdin; return how many messages it wrote (it must still have been writing)."""
+    out, _ = p.communicate(timeout=scaled(60))
+    assert p.returncode == 0, p.returncode
+    return int(out.split()[-1])
+
+
 COPIER = r"""
 import sys, time
 from sej.hub import LocalSource, copy_all
@@ -175,17 +208,22 @@ for _ in range(100000):
 """
 
 
-def test_copier_killed_at_random_moments_never_gaps_or_duplicates(tmp_path) -> None:
+def test_copier_killed_at_random_moments_never_gaps_or_duplicates(tmp_path, keep_on_failure) -> None:
+    """CI: up to 25 rounds within 45 s; SEJ_SOAK_ROUNDS=N: N rounds, however long they take."""
     seed = int(os.environ.get("SEJ_HUB_SEED", random.randrange(1 << 30)))
     print("seed", seed)
     rng = random.Random(seed)
     src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
     os.makedirs(src)
-    producer = popen_python(PRODUCER, src, "6000", str(seed))
+    keep_on_failure(src)
+    keep_on_failure(hub)
+    soak = soak_rounds()
+    t0 = time.monotonic()
+    producer = start_producer(src, seed)  # writes through every round, until stopped
     rounds = 0
     try:
-        deadline = time.monotonic() + scaled(45)
-        while rounds < 25 and time.monotonic() < deadline:
+        deadline = float("inf") if soak else time.monotonic() + scaled(45)
+        while rounds < (soak or 25) and time.monotonic() < deadline:
             copier = popen_python(COPIER, src, hub, str(rng.choice([97, 1000, 1 << 16])), stdout=subprocess.PIPE)
             assert copier.stdout is not None
             copier.stdout.readline()
@@ -199,18 +237,22 @@ def test_copier_killed_at_random_moments_never_gaps_or_duplicates(tmp_path) -> N
                 if committed is not None:
                     have = sej.next_offset(os.path.join(hub, d))  # read only: a torn tail is not counted
                     assert committed <= have, (d, committed, have)
-        assert producer.wait(scaled(60)) == 0
+        written = stop_producer(producer)
     finally:
         producer.kill()
     out = copy_all(lambda: LocalSource(src), hub, "c1", "hub")
     assert all(o.error is None for o in out), [o.error for o in out]
-    assert rounds >= 10
+    assert rounds >= 10 and (not soak or rounds == soak)
     assert_identical(src, hub)
+    total = 0
     for o in out:
         assert o.result is not None
         with sej.Scanner(o.result.destination, 0, timeout=0) as s:
             offsets = [m.offset for m in s]
         assert offsets == list(range(len(offsets))) and len(offsets) == o.result.next_offset
+        total += len(offsets)
+    assert total == written, (total, written)
+    print(f"seed {seed}: {rounds} kill rounds, {written} messages, {time.monotonic() - t0:.1f} s")
 
 
 # -- sources that disagree with the hub ------------------------------------------------------------

@@ -18,8 +18,15 @@ from sej.hub.ssh import HostKeyError, connect, resolve, sftp_sources
 from sej.offset import read_offset_file
 from testing.timing import scaled
 
-from .conftest import REPO, popen_python
-from .test_hub_copy import PRODUCER, PacedProducer, assert_identical, assert_prefix, produce
+from .conftest import REPO, popen_python, soak_rounds
+from .test_hub_copy import (
+    PacedProducer,
+    assert_identical,
+    assert_prefix,
+    produce,
+    start_producer,
+    stop_producer,
+)
 
 
 def endpoint(sshd, known_hosts=None):  # type: ignore[no-untyped-def]
@@ -99,17 +106,25 @@ for _ in range(100000):
 """
 
 
-def test_hub_killed_and_connection_cut_at_random_moments(sshd, tmp_path) -> None:
+def test_hub_killed_and_connection_cut_at_random_moments(sshd, tmp_path, keep_on_failure) -> None:
+    """Even rounds kill the hub process, odd rounds cut its SSH connection.
+
+    CI: up to 30 rounds within 60 s; SEJ_SOAK_ROUNDS=N: N rounds (N/2 kills), however long they take.
+    """
     seed = int(os.environ.get("SEJ_HUB_SEED", random.randrange(1 << 30)))
     print("seed", seed)
     rng = random.Random(seed)
     src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
     os.makedirs(src)
-    producer = popen_python(PRODUCER, src, "5000", str(seed))
+    keep_on_failure(src)
+    keep_on_failure(hub)
+    soak = soak_rounds()
+    t0 = time.monotonic()
+    producer = start_producer(src, seed)  # writes through every round, until stopped
     kills = cuts = 0
     try:
-        deadline = time.monotonic() + scaled(60)
-        for round_ in range(30):
+        deadline = float("inf") if soak else time.monotonic() + scaled(60)
+        for round_ in range(soak or 30):
             if time.monotonic() > deadline:
                 break
             chunk = str(rng.choice([500, 4096, 1 << 16]))
@@ -151,18 +166,24 @@ def test_hub_killed_and_connection_cut_at_random_moments(sshd, tmp_path) -> None
                 committed = read_offset_file(os.path.join(src, d[3:], "ofs", "hub.ofs"))
                 if committed is not None:
                     assert committed <= sej.next_offset(os.path.join(hub, d))
-        assert producer.wait(scaled(60)) == 0
+        written = stop_producer(producer)
     finally:
         producer.kill()
     out = copy_over_ssh(sshd, src, hub)
     assert all(o.error is None for o in out), [o.error for o in out]
     assert kills >= 5 and cuts >= 5
+    if soak:
+        assert kills + cuts == soak
     assert_identical(src, hub)
+    total = 0
     for o in out:
         assert o.result is not None
         with sej.Scanner(o.result.destination, 0, timeout=0) as s:
             offsets = [m.offset for m in s]
         assert offsets == list(range(o.result.next_offset)), "no gap, no duplicate"
+        total += len(offsets)
+    assert total == written, (total, written)
+    print(f"seed {seed}: {kills} hub kills, {cuts} connection cuts, {written} messages, {time.monotonic() - t0:.1f} s")
 
 
 def test_host_key_mismatch_and_unknown_host_are_refused(sshd, tmp_path) -> None:

@@ -305,6 +305,54 @@ def test_last_messages_reads_backward_across_segments(jdir: str) -> None:
         sej.last_messages(jdir, -1)
 
 
+def test_last_messages_checks_the_offsets_it_reads_backward(jdir: str) -> None:
+    """The last frame of a finished segment read backward must carry the offset before the next segment's.
+
+    Found by tests/test_fuzz.py: a flipped byte in that frame's offset field was returned as a message
+    of offset 2751463425 (the journal holds offsets 0 and 1).
+    """
+    with sej.Writer(jdir, segment_size=50) as w:
+        w.append(b"", timestamp=1)
+        w.append(b"\x07", timestamp=2)  # 26 + 27 bytes: the segment is full, the writer rolls to an empty one
+    assert [os.path.getsize(s.path) for s in sej.list_segments(jdir)] == [53, 0]
+    seg = sej.list_segments(jdir)[0].path
+    with open(seg, "r+b") as f:
+        f.seek(26 + 4)  # inside the offset field of frame 1
+        f.write(b"\xa4")
+    with pytest.raises(sej.CorruptionError, match="reading backward"):
+        sej.last_messages(jdir, 1)
+    with open(seg, "r+b") as f:  # and a wrong offset in the live segment's last frame
+        f.seek(30)
+        f.write(b"\x00")
+    with sej.Writer(jdir, segment_size=1 << 20) as w:
+        w.append(b"x", timestamp=3)
+        w.append(b"y", timestamp=4)
+    last = sej.list_segments(jdir)[-1].path
+    with open(last, "r+b") as f:
+        f.seek(27 + 7)  # the low byte of the last frame's offset (frame 0 is 27 bytes)
+        f.write(b"\x09")
+    assert [m.offset for m in sej.last_messages(jdir, 5)] == [0, 1, 2]  # the tail walk stops before it
+    assert sej.next_offset(jdir) == 3
+
+
+def test_last_messages_reads_backward_only_what_reads_forward(jdir: str) -> None:
+    """Found by tests/test_fuzz.py: a frame appended after the end of a finished segment, carrying the
+    offset of that segment's last message, was returned by last_messages(1); an emptied segment
+    between two others (a gap of one offset) went unnoticed."""
+    with sej.Writer(jdir, segment_size=50) as w:
+        for v in (b"a", b"b", b"c", b"d"):
+            w.append(v, timestamp=1)
+    segs = sej.list_segments(jdir)  # [0, 1] [2, 3] [] (27-byte frames, rolled at 54 bytes)
+    assert [s.first_offset for s in segs] == [0, 2, 4]
+    with open(segs[1].path, "ab") as f:
+        f.write(encode(3, 1, 0, b"", b"forged"))  # after the whole frames of a finished segment
+    with pytest.raises(sej.CorruptionError, match="do not read forward"):
+        sej.last_messages(jdir, 1)
+    os.truncate(segs[1].path, 0)  # now offsets 2 and 3 are gone: a gap between 1 and 4
+    with pytest.raises(sej.CorruptionError, match="gap"):
+        sej.last_messages(jdir, 3)
+
+
 def test_big_messages_larger_than_the_read_chunk(jdir: str) -> None:
     big = os.urandom(3 << 20)
     with sej.Writer(jdir) as w:
