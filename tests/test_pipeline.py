@@ -14,7 +14,7 @@ from .conftest import REPO
 def run_pipeline(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
     return subprocess.run(
-        [sys.executable, "-m", "sej.pipeline", *args],
+        [sys.executable, "-m", "sej.apps.pipeline", *args],
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -11,26 +11,27 @@ import os
 import posixpath
 import secrets
 import stat
-import struct
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import NamedTuple, Protocol
-
-import paramiko
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from ..errors import CorruptionError, InvalidArgumentError, SejError, UnsafeFileError
 from ..fsutil import kind, open_dir, open_regular
 from ..layout import check_reader_name, parse_segment_name, segment_name
-from ..offset import read_offset_at, remove_stale_temps, write_offset_at
+from ..offset import encode_offset, parse_offset, read_offset_at, remove_stale_temps, write_offset_at
 from .names import check_journal_name, check_segment_name
+
+if TYPE_CHECKING:
+    import paramiko  # SftpSource is given a paramiko SFTPClient: paramiko is imported where it is made (sej.hub.ssh)
 
 log = logging.getLogger("sej.hub")
 
-U64 = struct.Struct(">Q")
 
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """What a call over SFTP can fail with (a cut connection raises EOFError or SSHException)."""
+    import paramiko
 
-_TRANSPORT_ERRORS = (OSError, EOFError, paramiko.SSHException)
-"""What a read from a producer can fail with (a cut connection raises EOFError or SSHException)."""
+    return (OSError, EOFError, paramiko.SSHException)
 
 
 READ_RANGE = 255 << 10
@@ -225,13 +226,14 @@ class SftpSource:
     def __init__(self, sftp: paramiko.SFTPClient, root: str, label: str) -> None:
         self.sftp = sftp
         self.label = label  # user@host:port, for messages
+        self._errors = _transport_errors()
         root = posixpath.normpath(root)
         try:
             sftp.lstat(posixpath.join(root, "jnl"))
             is_journal = True
         except FileNotFoundError:
             is_journal = False
-        except _TRANSPORT_ERRORS as e:
+        except self._errors as e:
             raise SourceError(f"{label}:{root}: {e}") from None
         self.root = posixpath.dirname(root) if is_journal else root
         self._only: list[str] | None = [check_journal_name(posixpath.basename(root))] if is_journal else None
@@ -241,7 +243,7 @@ class SftpSource:
             return list(self._only)
         try:
             entries = self.sftp.listdir_attr(self.root)
-        except _TRANSPORT_ERRORS as e:
+        except self._errors as e:
             raise SourceError(f"{self.label}:{self.root}: {e}") from None
         names = []
         for entry in entries:
@@ -259,7 +261,7 @@ class SftpSource:
                 jnl = self.sftp.lstat(posixpath.join(self.root, name, "jnl")).st_mode or 0
             except FileNotFoundError:
                 continue
-            except _TRANSPORT_ERRORS as e:
+            except self._errors as e:
                 raise SourceError(f"{self.label}:{self.root}/{name}: {e}") from None
             if stat.S_ISDIR(jnl):
                 names.append(name)
@@ -293,7 +295,7 @@ class SftpSource:
         try:
             self._check_dirs(journal, "jnl")
             listed = self.sftp.listdir_attr(jdir)
-        except _TRANSPORT_ERRORS as e:
+        except self._errors as e:
             raise SourceError(f"{self.label}:{jdir}: {e}") from None
         entries = []
         for attrs in listed:
@@ -323,7 +325,7 @@ class SftpSource:
                     return b""
                 ranges = [(p, min(READ_RANGE, end - p)) for p in range(pos, end, READ_RANGE)]
                 return b"".join(f.readv(ranges))
-        except _TRANSPORT_ERRORS as e:
+        except self._errors as e:
             raise SourceError(f"{self.label}:{path}: {e}") from None
 
     def read_offset(self, journal: str, reader: str) -> int | None:
@@ -338,9 +340,12 @@ class SftpSource:
                 raw = f.read(9)
         except FileNotFoundError:
             return None
-        except _TRANSPORT_ERRORS as e:
+        except self._errors as e:
             raise SourceError(f"{self.label}:{path}: {e}") from None
-        return int(U64.unpack(raw)[0]) if len(raw) == 8 else None
+        try:
+            return parse_offset(raw, f"{self.label}:{path}")
+        except CorruptionError:
+            return None  # a malformed file is replaced by the next commit (as in LocalSource)
 
     def commit_offset(self, journal: str, reader: str, value: int) -> None:
         jdir = posixpath.join(self.root, check_journal_name(journal))
@@ -360,7 +365,7 @@ class SftpSource:
                 pass
             with self.sftp.open(tmp, "wx") as f:  # O_CREAT|O_EXCL: never through a symlink
                 try:
-                    f.write(U64.pack(value))
+                    f.write(encode_offset(value))
                     f.flush()
                     _fsync(self.sftp, f)
                 except BaseException:
@@ -371,7 +376,7 @@ class SftpSource:
             except BaseException:
                 _remove_quietly(self.sftp, tmp)
                 raise
-        except _TRANSPORT_ERRORS as e:
+        except self._errors as e:
             raise SourceError(f"{self.label}:{final}: {e}") from None
 
     def describe(self, journal: str, name: str = "") -> str:
@@ -381,7 +386,7 @@ class SftpSource:
     def close(self) -> None:
         try:
             self.sftp.close()
-        except _TRANSPORT_ERRORS as e:  # the connection is already gone: nothing left to close
+        except self._errors as e:  # the connection is already gone: nothing left to close
             log.debug("%s: closing the SFTP channel: %s", self.label, e)
 
 
@@ -389,12 +394,14 @@ def _remove_quietly(sftp: paramiko.SFTPClient, path: str) -> None:
     """Remove our own temp file after a failed commit, if the connection still allows it."""
     try:
         sftp.remove(path)
-    except _TRANSPORT_ERRORS as e:
+    except _transport_errors() as e:
         log.debug("removing %s: %s", path, e)
 
 
 def _fsync(sftp: paramiko.SFTPClient, f: paramiko.SFTPFile) -> None:
     """fsync a remote file with OpenSSH's fsync@openssh.com extension, when the server has it."""
+    import paramiko
+
     try:
         sftp._request(paramiko.sftp.CMD_EXTENDED, "fsync@openssh.com", f.handle)
     except (OSError, paramiko.SSHException) as e:
