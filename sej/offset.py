@@ -48,12 +48,25 @@ def read_offset_at(name: str, *, dir_fd: int | None = None, show: str | None = N
         raw = read_regular(name, 9, dir_fd=dir_fd, show=show)
     except FileNotFoundError:
         return None
+    return parse_offset(raw, show or name)
+
+
+def parse_offset(raw: bytes, where: str) -> int | None:
+    """The offset in the first bytes of an .ofs file (read at least 9 of them, to see one too many).
+
+    None if empty (nothing committed); CorruptionError naming `where` if not exactly 8 bytes.
+    """
     if not raw:
         return None
     if len(raw) != 8:
         what = len(raw) if len(raw) < 9 else "more than 8"
-        raise CorruptionError(show or name, 0, f"offset file holds {what} bytes, not 8")
+        raise CorruptionError(where, 0, f"offset file holds {what} bytes, not 8")
     return U64.unpack(raw)[0]  # type: ignore[no-any-return]
+
+
+def encode_offset(value: int) -> bytes:
+    """The 8 bytes of an .ofs file holding `value`."""
+    return U64.pack(value)
 
 
 def write_offset_file(path: str, value: int) -> None:
@@ -70,7 +83,7 @@ def write_offset_at(name: str, value: int, *, dir_fd: int | None = None, show: s
     directory is fsynced. An existing `name` that is not a regular file (a symlink, a
     FIFO) raises UnsafeFileError and is left alone. `show` names the file in errors.
     """
-    atomic_write(name, U64.pack(value), dir_fd=dir_fd, show=show)
+    atomic_write(name, encode_offset(value), dir_fd=dir_fd, show=show)
 
 
 def remove_stale_temps(dir_fd: int, now: float | None = None) -> list[str]:

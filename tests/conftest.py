@@ -116,13 +116,13 @@ def sshd() -> Iterator[Sshd]:
 def run_with_stderr_on_a_terminal(
     args: list[str], timeout: float | None = None
 ) -> tuple[subprocess.CompletedProcess[bytes], bytes]:
-    """Run `python -m sej.cmd ARGS` with stderr on a pseudo-terminal; return the process and what it drew there."""
+    """Run `python -m sej.apps.cli ARGS` with stderr on a pseudo-terminal; return the process and what it drew there."""
     import pty
 
     master, slave = pty.openpty()
     env = dict(os.environ, PYTHONPATH=str(REPO))
     try:
-        p = subprocess.run([sys.executable, "-m", "sej.cmd", *args], stdout=subprocess.PIPE, stderr=slave,
+        p = subprocess.run([sys.executable, "-m", "sej.apps.cli", *args], stdout=subprocess.PIPE, stderr=slave,
                            env=env, timeout=scaled(60) if timeout is None else timeout)  # fmt: skip
         os.close(slave)
         chunks = []

@@ -23,8 +23,9 @@ import pytest
 from click.testing import CliRunner, Result
 
 import sej
-from sej.cmd import progress as progress_mod
-from sej.cmd.main import cli
+import sej.apps.cli.segments  # the `sej` group imports a command's module when the command runs
+from sej.apps.cli import progress as progress_mod
+from sej.apps.cli.main import cli
 from sej.layout import index_path, segment_path
 from sej.shard import format_shard
 from sej.timestamps import TimeError, format_time, parse_time
@@ -105,10 +106,10 @@ def one_error_line(result: Result | subprocess.CompletedProcess[str]) -> str:
 
 
 def sub(*args: str, code: int = 0, cwd: str | None = None, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    """Run `python -m sej.cmd ARGS` in a real subprocess; fail after scaled(timeout) seconds."""
+    """Run `python -m sej.apps.cli ARGS` in a real subprocess; fail after scaled(timeout) seconds."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
     p = subprocess.run(
-        [sys.executable, "-m", "sej.cmd", *args], capture_output=True, text=True, env=env, cwd=cwd,
+        [sys.executable, "-m", "sej.apps.cli", *args], capture_output=True, text=True, env=env, cwd=cwd,
         timeout=scaled(timeout),
     )  # fmt: skip
     assert "Traceback" not in p.stderr + p.stdout, p.stderr
@@ -377,7 +378,7 @@ def test_tail_follow_of_a_root_is_refused(root: tuple[str, dict[str, list[int]]]
 def test_tail_follow_in_a_subprocess_until_ctrl_c(jnl: str) -> None:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     p = subprocess.Popen(
-        [sys.executable, "-m", "sej.cmd", "tail", jnl, "-n", "1", "-f", "--format", "hex"],
+        [sys.executable, "-m", "sej.apps.cli", "tail", jnl, "-n", "1", "-f", "--format", "hex"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
     try:
@@ -575,13 +576,13 @@ def test_file_first_and_last(jnl: str) -> None:
 
 def test_file_finds_the_last_frame_through_the_trailing_size(jnl: str, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[int] = []
-    real = sej.cmd.segments.read_messages
+    real = sej.apps.cli.segments.read_messages
 
     def spy(fd: int, pos: int, offset: int, size: int, limit: int = 1 << 62) -> Any:
         calls.append(limit)
         return real(fd, pos, offset, size, limit)
 
-    monkeypatch.setattr(sej.cmd.segments, "read_messages", spy)
+    monkeypatch.setattr(sej.apps.cli.segments, "read_messages", spy)
     run("file", segments(jnl)[0].path)
     assert calls == [1]  # only the first frame is decoded forward
 
@@ -813,7 +814,7 @@ def test_unexpected_errors_are_one_line_unless_debug(jnl: str, monkeypatch: pyte
     def broken(*a: object) -> None:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr("sej.cmd.maintenance.journal_stat", broken)
+    monkeypatch.setattr("sej.apps.cli.maintenance.journal_stat", broken)
     r = run("stat", jnl, code=1)
     assert "internal error: RuntimeError: boom" in one_error_line(r) and "--debug" in r.stderr
     r = CliRunner().invoke(cli, ["--debug", "stat", jnl])
@@ -899,7 +900,7 @@ def test_subprocess_closed_stdout_pipe_exits_quietly(tmp_path: Path) -> None:
     with sej.Writer(d) as w:
         w.append_many([b"x" * 200] * 3000)
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    p = subprocess.Popen([sys.executable, "-m", "sej.cmd", "scan", d], stdout=subprocess.PIPE,
+    p = subprocess.Popen([sys.executable, "-m", "sej.apps.cli", "scan", d], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, env=env)  # fmt: skip
     assert p.stdout is not None and p.stderr is not None
     assert json.loads(p.stdout.readline())["offset"] == 0
@@ -911,9 +912,28 @@ def test_subprocess_closed_stdout_pipe_exits_quietly(tmp_path: Path) -> None:
 
 def test_console_script_is_declared_and_installed() -> None:
     cfg = (REPO / "setup.cfg").read_text()
-    assert "sej = sej.cmd.main:main" in cfg and "sej-pipeline = sej.pipeline:main" in cfg
+    assert "sej = sej.apps.cli.main:main" in cfg and "sej-pipeline = sej.apps.pipeline:main" in cfg
     script = shutil.which("sej")
     if script is None:
         pytest.skip("the sej script is not installed (pip install -e .)")
     p = subprocess.run([script, "--version"], capture_output=True, text=True, timeout=scaled(30))
     assert p.returncode == 0 and sej.__version__ in p.stdout
+
+
+# Run `sej ARGS` in a fresh interpreter, then name the heavy modules it imported on the way.
+IMPORTS = r"""
+import sys
+from sej.apps.cli.main import cli
+code = cli.main(sys.argv[1:], prog_name="sej", standalone_mode=False)
+heavy = sorted({m.split(".")[0] for m in sys.modules} & {"paramiko", "cryptography", "pyspark", "pyarrow", "py4j"})
+print("exit", code, "heavy", *heavy, file=sys.stderr)
+"""
+
+
+def test_commands_import_paramiko_and_spark_only_when_they_need_them(jnl: str, tmp_path: Path) -> None:
+    """paramiko loads only for an ssh:// location, PySpark and PyArrow only in Spark commands (none in sej)."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    for args in (["--version"], ["scan", jnl], ["stat", jnl], ["copy", jnl, str(tmp_path / "hub")]):
+        p = subprocess.run([sys.executable, "-c", IMPORTS, *args], capture_output=True, text=True, env=env,
+                           timeout=60)  # fmt: skip
+        assert p.stderr.splitlines()[-1] == "exit 0 heavy", (args, p.stderr)

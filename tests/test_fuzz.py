@@ -48,7 +48,7 @@ from hypothesis.configuration import set_hypothesis_home_dir
 
 import sej
 import sej.index
-from sej.cmd.main import cli
+from sej.apps.cli.main import cli
 from sej.message import MAX_OFFSET, NO_TIMESTAMP, Message, check_frame, decode, decode_batch, encode
 
 from .fuzz_model import (

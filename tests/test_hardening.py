@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 import sej
 from sej import index as idx
-from sej.cmd.main import cli
+from sej.apps.cli.main import cli
 from sej.hub.copy import CopyError, copy_journal
 from sej.hub.source import LocalSource
 from sej.layout import index_path, segment_path, writer_lock_path
@@ -58,7 +58,7 @@ PEAK = (
 
 def run_sej(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, "-m", "sej.cmd", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "sej.apps.cli", *args], capture_output=True, text=True,
                           env=env, timeout=timeout)  # fmt: skip
 
 

@@ -420,14 +420,14 @@ def test_sej_copy_command_local(tmp_path) -> None:
     src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
     produce(src, 500)
     r = subprocess.run(
-        [sys.executable, "-m", "sej.cmd", "copy", src, hub, "--client-id", "h1", "--reader-name", "hub2"],
+        [sys.executable, "-m", "sej.apps.cli", "copy", src, hub, "--client-id", "h1", "--reader-name", "hub2"],
         capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=scaled(60),
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert len(r.stdout.splitlines()) == 4 and "next offset" in r.stdout
     assert_identical(src, hub, client="h1")
     assert read_offset_file(os.path.join(src, "p.2.000", "ofs", "hub2.ofs")) is not None
-    bad = run_python("from sej.cmd.main import main; main()", "copy", src, hub, "--client-id", "a.b")
+    bad = run_python("from sej.apps.cli.main import main; main()", "copy", src, hub, "--client-id", "a.b")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and "client id" in bad.stderr
 
 
@@ -438,7 +438,7 @@ def test_sej_copy_shows_progress_on_a_terminal_and_is_quiet_when_piped(tmp_path)
     assert p.returncode == 0 and b"next offset" in p.stdout
     assert b"copying" in drawn
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    piped = subprocess.run([sys.executable, "-m", "sej.cmd", "copy", src, str(tmp_path / "hub2")],
+    piped = subprocess.run([sys.executable, "-m", "sej.apps.cli", "copy", src, str(tmp_path / "hub2")],
                            capture_output=True, text=True, env=env, timeout=scaled(60))  # fmt: skip
     assert piped.returncode == 0 and piped.stderr == ""
     assert_identical(src, hub, client="local")
@@ -449,7 +449,7 @@ def test_sej_copy_shows_progress_on_a_terminal_and_is_quiet_when_piped(tmp_path)
 
 def sej_cmd(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, "-m", "sej.cmd", *args], capture_output=True, text=True, env=env,
+    return subprocess.run([sys.executable, "-m", "sej.apps.cli", *args], capture_output=True, text=True, env=env,
                           timeout=timeout)  # fmt: skip
 
 

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from testing.sshd import Sshd
 
 REPO = Path(__file__).resolve().parent.parent
-CRON = REPO / "scripts" / "hub-cron.py"
+CRON = "sej.apps.hub_cron"  # sej-hub-cron
 READER = "hub"
 
 
@@ -513,8 +513,8 @@ def test_run_forever_copies_new_data_continuously(tmp_path: Path, forever: Forev
 
 def test_console_script_is_declared() -> None:
     cfg = (REPO / "setup.cfg").read_text()
-    assert "sej-hub = sej.hub.main:main" in cfg
-    assert "sej = sej.cmd.main:main" in cfg and "sej-pipeline = sej.pipeline:main" in cfg
+    assert "sej-hub = sej.apps.hub:main" in cfg
+    assert "sej = sej.apps.cli.main:main" in cfg and "sej-pipeline = sej.apps.pipeline:main" in cfg
 
 
 def test_sej_hub_once_in_a_subprocess(tmp_path: Path, src: Path) -> None:
@@ -635,7 +635,7 @@ def test_sej_hub_forever_stops_on_sigterm_with_a_consistent_copy(tmp_path: Path)
 
 def cron(conf: Path, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, str(CRON), "--config", str(conf), *extra],
+        [sys.executable, "-m", CRON, "--config", str(conf), *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -668,7 +668,7 @@ def test_cron_script_exit_codes(tmp_path: Path, src: Path) -> None:
     bad = write_config(tmp_path / "bad.toml", tmp_path / "hub", [{"client_id": "c", "local_root": src, "port": 22}])
     p = cron(bad)
     _, err = p.communicate(timeout=scaled(30))
-    assert p.returncode == 2 and err.strip().startswith("hub-cron: error: ") and "port = 22" in err, err
+    assert p.returncode == 2 and err.strip().startswith("sej-hub-cron: error: ") and "port = 22" in err, err
     conf = write_config(
         tmp_path / "hub.toml",
         tmp_path / "hub",
@@ -676,7 +676,8 @@ def test_cron_script_exit_codes(tmp_path: Path, src: Path) -> None:
     )
     p = cron(conf, "--max-time", str(int(scaled(30))))
     _, err = p.communicate(timeout=scaled(30))
-    assert p.returncode == 1 and error_lines(err, "hub-cron") == ["hub-cron: error: 1 failures in 1 of 2 clients"], err
+    assert p.returncode == 1, err
+    assert error_lines(err, "sej-hub-cron") == ["sej-hub-cron: error: 1 failures in 1 of 2 clients"], err
     assert_identical(src, tmp_path / "hub", "c")
 
 
@@ -690,7 +691,7 @@ def test_example_crontab_and_systemd_unit() -> None:
     assert int(settings["TimeoutStopSec"]) > 30  # more than the daemon's own wait for the current chunks
     (line,) = [x for x in (REPO / "scripts" / "hub.crontab").read_text().splitlines() if x and not x.startswith("#")]
     fields = line.split()
-    assert len(fields[:5]) == 5 and fields[6].endswith("python3") and fields[7].endswith("scripts/hub-cron.py")
+    assert len(fields[:5]) == 5 and fields[6].endswith("/sej-hub-cron")  # the installed console script
     assert "--config" in fields and "--max-time" in fields
 
 
@@ -743,7 +744,7 @@ def test_ssh_host_key_mismatch_fails_that_client_only(tmp_path: Path, src: Path,
 
 
 # paramiko's SFTP prefetch thread dies of the dropped connection (the read it serves fails and is reported);
-# sej-hub logs that in one line (sej.hub.main.quiet_prefetch_errors), this in-process test does not.
+# sej-hub logs that in one line (sej.apps.hub.quiet_prefetch_errors), this in-process test does not.
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 def test_run_forever_reconnects_after_the_connection_drops(tmp_path: Path, sshd: Sshd, forever: Forever) -> None:
     src = make_root(tmp_path / "src", 40, bit=1)
@@ -931,7 +932,7 @@ def stuck_read(self, journal, name, pos, size):
     never.wait()
 
 source.LocalSource.read = stuck_read
-from sej.hub.main import main
+from sej.apps.hub import main
 sys.argv[1:] = sys.argv[2:]
 main()
 """

@@ -202,7 +202,11 @@ def test_host_key_mismatch_and_unknown_host_are_refused(sshd, tmp_path) -> None:
 def sej_copy(*args: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     return subprocess.run(
-        [sys.executable, "-m", "sej.cmd", "copy", *args], capture_output=True, text=True, env=env, timeout=scaled(120)
+        [sys.executable, "-m", "sej.apps.cli", "copy", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=scaled(120),
     )
 
 
@@ -253,7 +257,7 @@ def test_ssh_config_host_entries_and_default_files_are_honoured(sshd, tmp_path) 
     produce(src, 300)
     env = dict(os.environ, PYTHONPATH=str(REPO), HOME=str(home))
     r = subprocess.run(
-        [sys.executable, "-m", "sej.cmd", "copy", f"ssh://producer-alias{src}", hub],
+        [sys.executable, "-m", "sej.apps.cli", "copy", f"ssh://producer-alias{src}", hub],
         capture_output=True, text=True, env=env, timeout=scaled(120),
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
@@ -261,7 +265,7 @@ def test_ssh_config_host_entries_and_default_files_are_honoured(sshd, tmp_path) 
     # Without the config entry the same alias does not resolve: the entry is what made it work.
     (home / ".ssh" / "config").write_text("")
     r = subprocess.run(
-        [sys.executable, "-m", "sej.cmd", "copy", f"ssh://producer-alias{src}", hub],
+        [sys.executable, "-m", "sej.apps.cli", "copy", f"ssh://producer-alias{src}", hub],
         capture_output=True, text=True, env=env, timeout=scaled(120),
     )  # fmt: skip
     assert r.returncode == 1 and "Traceback" not in r.stderr and r.stderr.startswith("sej: error: ")

@@ -13,10 +13,10 @@ from .conftest import REPO
 
 
 def run_pipeline(*args: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
-    """Run `python -m sej.pipeline ARGS` (it starts a Spark of its own); `timeout` defaults to scaled(300) s."""
+    """Run `python -m sej.apps.pipeline ARGS` (it starts a Spark of its own); `timeout` defaults to scaled(300) s."""
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
     return subprocess.run(
-        [sys.executable, "-m", "sej.pipeline", *args],
+        [sys.executable, "-m", "sej.apps.pipeline", *args],
         capture_output=True,
         text=True,
         timeout=scaled(300) if timeout is None else timeout,

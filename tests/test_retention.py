@@ -1,4 +1,4 @@
-"""Retention (sej/retention.py, scripts/retention.py) on real journals, with real processes.
+"""Retention (sej/retention.py, sej-retention: sej/apps/retention.py) on real journals, with real processes.
 
 The acceptance test of the issue is the first group: retention never deletes a
 segment some reader (or a required reader, such as the archive job) has not fully
@@ -9,7 +9,7 @@ retention, SIGKILLed runs, malformed offset files and bad command-line input.
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import os
 import random
 import select
@@ -33,7 +33,7 @@ from testing.timing import scaled
 
 from .conftest import REPO, popen_python
 
-SCRIPT = REPO / "scripts" / "retention.py"
+SCRIPT = "sej.apps.retention"  # sej-retention
 NS = 10**9
 T0 = 1_712_345_678_000_000_000  # message i of `build` has timestamp T0 + i seconds
 FRAME = 100  # 26 bytes of frame + a 74-byte value
@@ -89,10 +89,10 @@ def files(root: str) -> dict[str, tuple[int, int]]:
 
 
 def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """Run scripts/retention.py ARGS; fail after scaled(timeout) seconds."""
+    """Run sej-retention (python -m sej.apps.retention) ARGS; fail after scaled(timeout) seconds."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
     return subprocess.run(
-        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=scaled(timeout), env=env
+        [sys.executable, "-m", SCRIPT, *args], capture_output=True, text=True, timeout=scaled(timeout), env=env
     )
 
 
@@ -106,11 +106,7 @@ def read_line(p: subprocess.Popen[str], timeout: float = 30) -> str:
 
 
 def script_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("retention_script", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return importlib.import_module(SCRIPT)
 
 
 # -- never an unread or unarchived segment (the acceptance test) -----------------------------------
@@ -360,7 +356,7 @@ def test_a_crash_between_the_segment_and_its_index_leaves_a_good_journal(jdir: s
         assert w.next_offset == 30
         w.append(b"%074d" % 30)
     assert read_all(jdir, 9) == list(range(9, 31))
-    check = subprocess.run([sys.executable, "-m", "sej.cmd", "verify", jdir], capture_output=True, text=True,
+    check = subprocess.run([sys.executable, "-m", "sej.apps.cli", "verify", jdir], capture_output=True, text=True,
                            timeout=scaled(60), env=dict(os.environ, PYTHONPATH=str(REPO)))  # fmt: skip
     assert check.returncode == 0, check.stdout + check.stderr
     # The next run removes the orphan index with the segments it deletes.
@@ -581,7 +577,7 @@ def test_a_second_run_is_refused_while_another_holds_the_lock(tmp_path: Path) ->
         r = cli(root, "--max-messages", "0")
         assert r.returncode == 1
         lock = os.path.join(root, "c2.0", LOCK_NAME)
-        assert r.stderr == f"retention: error: another retention run holds the lock {lock}; nothing deleted\n"
+        assert r.stderr == f"sej-retention: error: another retention run holds the lock {lock}; nothing deleted\n"
         assert r.stdout == "" and files(root) == before
         dry = cli(root, "--max-messages", "0", "--dry-run")  # a dry run needs no lock
         assert dry.returncode == 0 and "would delete" in dry.stdout and files(root) == before
@@ -602,7 +598,7 @@ def test_cli_reports_a_broken_journal_and_goes_on_with_the_others(tmp_path: Path
     r = cli(root, "--max-messages", "0")
     assert r.returncode == 1
     lines = r.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"retention: error: {c1}: ") and "archive.ofs" in lines[0]
+    assert len(lines) == 1 and lines[0].startswith(f"sej-retention: error: {c1}: ") and "archive.ofs" in lines[0]
     assert "3 bytes" in lines[0] and "Traceback" not in r.stderr
     assert files(c1) == before
     assert firsts(c2) == [30] and r.stdout.splitlines()[-1].endswith("in 1 of 2 journals; 1 failed")
@@ -650,14 +646,14 @@ def test_cli_bad_input_gives_one_error_line_and_exit_2(jdir: str, args: list[str
     r = cli(*(a.format(j=jdir) for a in args))
     assert r.returncode == 2, r.stdout + r.stderr
     lines = r.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("retention: error: ") and needle in lines[0], r.stderr
+    assert len(lines) == 1 and lines[0].startswith("sej-retention: error: ") and needle in lines[0], r.stderr
     assert "Traceback" not in r.stderr and r.stdout == ""
     assert files(jdir) == before
 
 
 @pytest.mark.parametrize("kind", ["fifo", "symlink"])
 def test_a_fifo_or_symlink_in_ofs_is_refused_instead_of_hanging_the_run(tmp_path: Path, kind: str) -> None:
-    """A FIFO in a journal's ofs/ hung scripts/retention.py forever in open(), while it held retention.lck.
+    """A FIFO in a journal's ofs/ hung sej-retention forever in open(), while it held retention.lck.
     A symlink was followed to whatever 8 bytes it pointed at, and counted as a reader's offset."""
     root = hub_root(tmp_path)
     c1, c2 = os.path.join(root, "c1.0"), os.path.join(root, "c2.0")
@@ -672,7 +668,7 @@ def test_a_fifo_or_symlink_in_ofs_is_refused_instead_of_hanging_the_run(tmp_path
     r = cli(root, "--max-messages", "0", timeout=60)  # hung forever before (fifo)
     assert r.returncode == 1, r.stdout + r.stderr
     what = "FIFO" if kind == "fifo" else "symlink"
-    assert r.stderr == f"retention: error: {c2}: {bad} is a {what}, not a regular file: refusing to open it\n"
+    assert r.stderr == f"sej-retention: error: {c2}: {bad} is a {what}, not a regular file: refusing to open it\n"
     assert firsts(c2) == list(range(0, 31, 3)), "nothing deleted in the journal with the bad reader"
     assert firsts(c1)[0] == 6 and r.stdout.splitlines()[-1].endswith("in 1 of 2 journals; 1 failed")
     if before is not None:

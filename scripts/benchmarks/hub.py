@@ -151,7 +151,7 @@ def bench_hub_latency(cfg: Config, scratch: Path) -> list[Result]:
             w.append(b"first")  # the hub finds the journal on its first pass
             env = dict(os.environ, PYTHONPATH=str(ROOT))
             hub_proc = subprocess.Popen(
-                [sys.executable, "-c", "from sej.hub.main import main; main()", "--config", str(config)],
+                [sys.executable, "-c", "from sej.apps.hub import main; main()", "--config", str(config)],
                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             )  # fmt: skip
             dest = hub / "c.lat"

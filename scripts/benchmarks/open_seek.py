@@ -49,7 +49,7 @@ def bench_cli_count(cfg: Config, d: Path, seg: str, n: int) -> Result:
     def cli(*extra: str) -> float:
         t0 = perf_counter()
         out = subprocess.run(
-            [sys.executable, "-m", "sej.cmd", "scan", str(d), "--count", *extra],
+            [sys.executable, "-m", "sej.apps.cli", "scan", str(d), "--count", *extra],
             capture_output=True, text=True, check=True,
         )  # fmt: skip
         t = perf_counter() - t0
@@ -80,7 +80,7 @@ def bench_cli_count(cfg: Config, d: Path, seg: str, n: int) -> Result:
         [
             f"The journal of benchmark 6 ({n:,} messages). `sej scan DIR --count` reads every message, as a scan "
             "does (a count fails where a scan fails), also without filters; with a type filter it also filters "
-            "them. Each run is a real `python -m sej.cmd` process, start-up included.",
+            "them. Each run is a real `python -m sej.apps.cli` process, start-up included.",
             "Baseline: the raw decode loop in this process: 16 MiB reads, `struct.unpack_from` of each header and "
             "value size, counting frames.",
         ],

@@ -19,7 +19,7 @@ SSH connection (the call then fails) and the client stops waiting for the pass,
 which is reported as failed (StalledError); a local call stuck in the kernel (a
 hung network filesystem) cannot be interrupted, so its pass is abandoned and no
 new pass of that client starts until it returns. A process that exits with such
-a thread still stuck ends with os._exit (sej.hub.main.exit_process).
+a thread still stuck ends with os._exit (sej-hub: sej.apps.hub.exit_process).
 """
 
 from __future__ import annotations
@@ -35,23 +35,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import IO
 
-import paramiko
-
 from ..errors import SejError
 from ..layout import HUB_LOCK
 from ..lock import lock_file
 from .config import ClientConfig, HubConfig
 from .copy import JournalOutcome, copy_all
-from .source import LocalSource, Source, SourceSegment
-from .ssh import connect, resolve, sftp_sources
+from .location import Sources, open_sources, transport_errors
+from .source import CONNECT_TIMEOUT, IO_TIMEOUT, Source, SourceSegment
 
 log = logging.getLogger("sej.hub")
-
-CONNECT_TIMEOUT = 15.0
-"""Seconds for a TCP connection, the SSH banner and authentication."""
-
-IO_TIMEOUT = 60.0
-"""Seconds an SFTP channel may stay silent before its read fails (a dead link, not a slow one)."""
 
 STALL_TIMEOUT = 300.0
 """Seconds a call to a producer (opening an SFTP channel, listing, reading a chunk, committing) may take
@@ -155,11 +147,6 @@ def lock_hub(config: HubConfig) -> IO[str]:
     return lock_file(lock_path(config))
 
 
-def _is_alive(client: paramiko.SSHClient) -> bool:
-    transport = client.get_transport()
-    return transport is not None and transport.is_active()
-
-
 class _Watched:
     """A Source whose calls the client's watchdog can see (how long each has been running)."""
 
@@ -201,7 +188,7 @@ class _Client:
     def __init__(self, hub: HubConfig, cfg: ClientConfig) -> None:
         self.hub = hub
         self.cfg = cfg
-        self.ssh: paramiko.SSHClient | None = None
+        self.remote: Sources | None = None  # the producer's Sources over SSH: one connection, kept between passes
         self.label = cfg.describe()
         self.failures = 0  # failed passes in a row
         self.connects = 0  # SSH connections made (for tests and logs)
@@ -232,18 +219,18 @@ class _Client:
             oldest = min(self._calls.values(), default=None)
         if oldest is None or self._stalled.is_set() or time.monotonic() - oldest <= limit:
             return False
-        ssh = self.ssh
+        remote = self.remote
         log.error(
             "client %s: a call to %s has not returned for %.0fs; %s",
             self.cfg.client_id,
             self.label,
             limit,
-            "closing the connection" if ssh is not None else "abandoning the pass",
+            "closing the connection" if remote is not None else "abandoning the pass",
         )
         self._stalled.set()
-        if ssh is not None:
+        if remote is not None:
             try:
-                ssh.close()
+                remote.close()
             except Exception as e:
                 log.debug("client %s: closing the stalled connection: %s", self.cfg.client_id, e)
         return True
@@ -289,7 +276,7 @@ class _Client:
                     stopped_at = now
                 elif now - stopped_at >= STOP_TIMEOUT and (give_up is None or give_up > now + ABANDON_GRACE):
                     give_up = now + ABANDON_GRACE  # the current chunk had its time: unblock calls on the producer
-                    if self.ssh is not None:
+                    if self.remote is not None:
                         log.warning("client %s: still busy %gs after stop; closing the connection", cid, STOP_TIMEOUT)
                         self.disconnect()
             if give_up is not None and now >= give_up:
@@ -302,34 +289,25 @@ class _Client:
                 return ClientReport(cid, error=err, seconds=now - started)
 
     def _sources(self) -> Callable[[], Source]:
-        cfg = self.cfg
-        if cfg.local_root is not None:
-            root = cfg.local_root
-
-            def make_local() -> Source:
-                with self.call():  # watched like every call: a hung filesystem stalls it
-                    return _Watched(LocalSource(root), self)
-
-            return make_local
-        assert cfg.host is not None and cfg.remote_root is not None
-        if self.ssh is not None and not _is_alive(self.ssh):
-            log.warning("client %s: the connection to %s was lost; reconnecting", cfg.client_id, self.label)
-            self.disconnect()
-        if self.ssh is None:
-            ep = resolve(cfg.host, cfg.port, cfg.user, cfg.identity_file, cfg.known_hosts)
-            self.label = f"{ep.user}@{ep.host}:{ep.port}"
-            self.ssh = connect(ep, accept_new_host_key=cfg.accept_new_host_key, timeout=CONNECT_TIMEOUT)
-            self.connects += 1
-            log.info("client %s: connected to %s", cfg.client_id, self.label)
-        factory = sftp_sources(self.ssh, cfg.remote_root, self.label)
+        """The client's Sources, each call watched: local ones, or SFTP ones on the kept (or a new) connection."""
+        origin = self.cfg.origin
+        if origin.is_local:
+            sources = open_sources(origin)
+        else:
+            if self.remote is not None and not self.remote.alive():
+                log.warning("client %s: the connection to %s was lost; reconnecting", self.cfg.client_id, self.label)
+                self.disconnect()
+            if self.remote is None:
+                # Each SFTP read fails after IO_TIMEOUT on a dead link instead of hanging.
+                self.remote = open_sources(origin, connect_timeout=CONNECT_TIMEOUT, io_timeout=IO_TIMEOUT)
+                self.label = self.remote.label
+                self.connects += 1
+                log.info("client %s: connected to %s", self.cfg.client_id, self.label)
+            sources = self.remote
 
         def make() -> Source:
-            with self.call():
-                src = factory()
-            channel = src.sftp.get_channel()
-            if channel is not None:
-                channel.settimeout(IO_TIMEOUT)  # a read on a dead link fails instead of hanging
-            return _Watched(src, self)
+            with self.call():  # watched like every call: a hung filesystem or producer stalls it
+                return _Watched(sources(), self)
 
         return make
 
@@ -346,9 +324,9 @@ class _Client:
             report.outcomes = copy_all(make_source, self.hub.hub_root, cid, self.hub.hub_name, self.hub.workers, stop)
         except Exception as e:
             report.error = e
-            expected = isinstance(e, (SejError, OSError, EOFError, paramiko.SSHException))
+            expected = isinstance(e, (SejError, *transport_errors()))
             log.error("client %s: %s", cid, e if expected else f"{type(e).__name__}: {e}", exc_info=not expected)
-        if self.ssh is not None and (report.error is not None or not _is_alive(self.ssh)):
+        if self.remote is not None and (report.error is not None or not self.remote.alive()):
             report.connection_lost = report.error is None
             if report.connection_lost:
                 log.error("client %s: the connection to %s was lost during the pass", cid, self.label)
@@ -371,10 +349,10 @@ class _Client:
         return report
 
     def disconnect(self) -> None:
-        ssh, self.ssh = self.ssh, None
-        if ssh is not None:
+        remote, self.remote = self.remote, None
+        if remote is not None:
             try:
-                ssh.close()
+                remote.close()
             except Exception as e:  # closing a broken connection must not hide the reason it broke
                 log.debug("client %s: closing the connection: %s", self.cfg.client_id, e)
 

@@ -10,30 +10,38 @@ import logging
 import os
 import posixpath
 import stat
-import struct
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import NamedTuple, Protocol
-
-import paramiko
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from ..errors import CorruptionError, InvalidArgumentError, SejError, UnsafeFileError
 from ..fsutil import kind, open_dir, open_regular, temp_name
 from ..layout import OFFSET_DIR, SEGMENT_DIR, offset_file_name, parse_segment_name, segment_name
-from ..offset import read_offset_at, remove_stale_temps, write_offset_at
+from ..offset import encode_offset, parse_offset, read_offset_at, remove_stale_temps, write_offset_at
 from .names import check_journal_name, check_segment_name
+
+if TYPE_CHECKING:
+    import paramiko  # SftpSource is given a paramiko SFTPClient: paramiko is imported where it is made (sej.hub.ssh)
 
 log = logging.getLogger("sej.hub")
 
-U64 = struct.Struct(">Q")
 
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """What a call over SFTP can fail with (a cut connection raises EOFError or SSHException)."""
+    import paramiko
 
-_TRANSPORT_ERRORS = (OSError, EOFError, paramiko.SSHException)
-"""What a read from a producer can fail with (a cut connection raises EOFError or SSHException)."""
+    return (OSError, EOFError, paramiko.SSHException)
 
 
 READ_RANGE = 255 << 10
 """Bytes per SFTP read request and readv range (OpenSSH's sftp-server serves at most 256 KiB less a header)."""
+
+
+CONNECT_TIMEOUT = 15.0
+"""Seconds for a TCP connection, the SSH banner and authentication."""
+
+IO_TIMEOUT = 60.0
+"""Seconds an SFTP request may wait for its reply: a stalled producer fails the pass, never hangs it."""
 
 
 class SourceSegment(NamedTuple):
@@ -224,13 +232,14 @@ class SftpSource:
     def __init__(self, sftp: paramiko.SFTPClient, root: str, label: str) -> None:
         self.sftp = sftp
         self.label = label  # user@host:port, for messages
+        self._errors = _transport_errors()
         root = posixpath.normpath(root)
         try:
             sftp.lstat(posixpath.join(root, SEGMENT_DIR))
             is_journal = True
         except FileNotFoundError:
             is_journal = False
-        except _TRANSPORT_ERRORS as e:
+        except self._errors as e:
             raise SourceError(f"{label}:{root}: {e}") from None
         self.root = posixpath.dirname(root) if is_journal else root
         self._only: list[str] | None = [check_journal_name(posixpath.basename(root))] if is_journal else None
@@ -240,7 +249,7 @@ class SftpSource:
             return list(self._only)
         try:
             entries = self.sftp.listdir_attr(self.root)
-        except _TRANSPORT_ERRORS as e:
+        except self._errors as e:
             raise SourceError(f"{self.label}:{self.root}: {e}") from None
         names = []
         for entry in entries:
@@ -258,7 +267,7 @@ class SftpSource:
                 jnl = self.sftp.lstat(posixpath.join(self.root, name, SEGMENT_DIR)).st_mode or 0
             except FileNotFoundError:
                 continue
-            except _TRANSPORT_ERRORS as e:
+            except self._errors as e:
                 raise SourceError(f"{self.label}:{self.root}/{name}: {e}") from None
             if stat.S_ISDIR(jnl):
                 names.append(name)
@@ -292,7 +301,7 @@ class SftpSource:
         try:
             self._check_dirs(journal, SEGMENT_DIR)
             listed = self.sftp.listdir_attr(jdir)
-        except _TRANSPORT_ERRORS as e:
+        except self._errors as e:
             raise SourceError(f"{self.label}:{jdir}: {e}") from None
         entries = []
         for attrs in listed:
@@ -324,7 +333,7 @@ class SftpSource:
                     return b""
                 ranges = [(p, min(READ_RANGE, end - p)) for p in range(pos, end, READ_RANGE)]
                 return b"".join(f.readv(ranges))
-        except _TRANSPORT_ERRORS as e:
+        except self._errors as e:
             raise SourceError(f"{self.label}:{path}: {e}") from None
 
     def read_offset(self, journal: str, reader: str) -> int | None:
@@ -339,9 +348,12 @@ class SftpSource:
                 raw = f.read(9)
         except FileNotFoundError:
             return None
-        except _TRANSPORT_ERRORS as e:
+        except self._errors as e:
             raise SourceError(f"{self.label}:{path}: {e}") from None
-        return int(U64.unpack(raw)[0]) if len(raw) == 8 else None
+        try:
+            return parse_offset(raw, f"{self.label}:{path}")
+        except CorruptionError:
+            return None  # a malformed file is replaced by the next commit (as in LocalSource)
 
     def commit_offset(self, journal: str, reader: str, value: int) -> None:
         jdir = posixpath.join(self.root, check_journal_name(journal))
@@ -361,7 +373,7 @@ class SftpSource:
                 pass
             with self.sftp.open(tmp, "wx") as f:  # O_CREAT|O_EXCL: never through a symlink
                 try:
-                    f.write(U64.pack(value))
+                    f.write(encode_offset(value))
                     f.flush()
                     _fsync(self.sftp, f)
                 except BaseException:
@@ -372,7 +384,7 @@ class SftpSource:
             except BaseException:
                 _remove_quietly(self.sftp, tmp)
                 raise
-        except _TRANSPORT_ERRORS as e:
+        except self._errors as e:
             raise SourceError(f"{self.label}:{final}: {e}") from None
 
     def describe(self, journal: str, name: str = "") -> str:
@@ -382,7 +394,7 @@ class SftpSource:
     def close(self) -> None:
         try:
             self.sftp.close()
-        except _TRANSPORT_ERRORS as e:  # the connection is already gone: nothing left to close
+        except self._errors as e:  # the connection is already gone: nothing left to close
             log.debug("%s: closing the SFTP channel: %s", self.label, e)
 
 
@@ -390,12 +402,14 @@ def _remove_quietly(sftp: paramiko.SFTPClient, path: str) -> None:
     """Remove our own temp file after a failed commit, if the connection still allows it."""
     try:
         sftp.remove(path)
-    except _TRANSPORT_ERRORS as e:
+    except _transport_errors() as e:
         log.debug("removing %s: %s", path, e)
 
 
 def _fsync(sftp: paramiko.SFTPClient, f: paramiko.SFTPFile) -> None:
     """fsync a remote file with OpenSSH's fsync@openssh.com extension, when the server has it."""
+    import paramiko
+
     try:
         sftp._request(paramiko.sftp.CMD_EXTENDED, "fsync@openssh.com", f.handle)
     except (OSError, paramiko.SSHException) as e:

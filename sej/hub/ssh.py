@@ -3,25 +3,21 @@
 A host key is checked against known_hosts; an unknown or changed key refuses the
 connection unless accepting new keys was asked for explicitly. Only keys
 authenticate (no passwords), and no remote command is ever run: the hub speaks
-SFTP only.
+SFTP only. sej.hub.location imports this module when an SSH location is opened:
+no other module of sej imports paramiko when it is imported.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import re
 from collections.abc import Callable
 from typing import NamedTuple
 
 import paramiko
 
-from ..errors import InvalidArgumentError, SejError
-from .source import SftpSource
-
-_URL = re.compile(
-    r"\Assh://(?:(?P<user>[^@/:]+)@)?(?P<host>[^/:@]+|\[[0-9a-fA-F:.]+\])(?::(?P<port>\d+))?(?P<path>/.*)\Z"
-)
+from ..errors import SejError
+from .source import IO_TIMEOUT, SftpSource
 
 
 class SshError(SejError):
@@ -30,33 +26,6 @@ class SshError(SejError):
 
 class HostKeyError(SshError):
     """The producer's host key is unknown or does not match known_hosts."""
-
-
-class Location(NamedTuple):
-    """An `ssh://[user@]host[:port]/path` location."""
-
-    user: str | None
-    host: str
-    port: int | None
-    path: str
-
-    def __str__(self) -> str:
-        user = f"{self.user}@" if self.user else ""
-        port = f":{self.port}" if self.port else ""
-        return f"ssh://{user}{self.host}{port}{self.path}"
-
-
-def parse_location(text: str) -> Location | None:
-    """The SSH location in `text`, or None when it is a local path; bad ssh:// URLs raise."""
-    if not text.startswith("ssh://"):
-        return None
-    m = _URL.match(text)
-    if not m:
-        raise InvalidArgumentError(f"{text!r} is not an ssh://[user@]host[:port]/path location")
-    port = int(m.group("port")) if m.group("port") else None
-    if port is not None and not 0 < port < 65536:
-        raise InvalidArgumentError(f"port {port} in {text!r} is not a TCP port")
-    return Location(m.group("user"), m.group("host").strip("[]"), port, m.group("path"))
 
 
 class Endpoint(NamedTuple):
@@ -215,10 +184,6 @@ class _NoTransportTracebacks(logging.Filter):
 
 TRANSPORT_FILTER = _NoTransportTracebacks()
 logging.getLogger("paramiko.transport").addFilter(TRANSPORT_FILTER)
-
-
-IO_TIMEOUT = 60.0
-"""Seconds an SFTP request may wait for its reply: a stalled producer fails the pass, never hangs it."""
 
 
 def sftp_sources(

@@ -10,12 +10,12 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
-from ..errors import CorruptionError, UnsafeFileError
-from ..fsutil import allow_open_files
-from ..layout import list_readers, parse_segment_name, reader_offset_path, writer_lock_path
-from ..offset import read_offset_file
-from ..shard import Journal, find_journals
-from .errors import usage
+from ...errors import CorruptionError, UnsafeFileError
+from ...fsutil import allow_open_files
+from ...layout import list_readers, parse_segment_name, reader_offset_path, writer_lock_path
+from ...offset import read_offset_file
+from ...shard import Journal, find_journals
+from ..shell import usage
 
 
 def journals_at(path: str) -> list[Journal]:

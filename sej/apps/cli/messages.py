@@ -19,12 +19,12 @@ from typing import Any
 
 import click
 
-from ..errors import OffsetOutOfRangeError
-from ..frames import NO_TIMESTAMP, Message
-from ..journal import first_offset, last_messages, next_offset, offset_at_time
-from ..scanner import Scanner
-from ..shard import Journal
-from .errors import usage
+from ...errors import OffsetOutOfRangeError
+from ...frames import NO_TIMESTAMP, Message
+from ...journal import first_offset, last_messages, next_offset, offset_at_time
+from ...scanner import Scanner
+from ...shard import Journal
+from ..shell import usage
 from .output import FORMATS, MessageWriter
 from .progress import progress
 from .target import journals_at, label

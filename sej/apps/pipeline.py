@@ -1,6 +1,7 @@
 """The main job, end to end: a producer, the hub and a Spark job over the hub root.
 
-    python -m sej.pipeline [--work DIR] [--messages N] [--ssh ssh://[user@]host[:port]]
+    sej-pipeline [--work DIR] [--messages N] [--ssh ssh://[user@]host[:port]]
+    python -m sej.apps.pipeline ...     (the same)
 
 A producer process appends to a sharded journal; meanwhile this process runs the
 hub's copy (`copy_all`, the engine of `sej-hub` and `sej copy`) into a hub root,
@@ -23,14 +24,15 @@ from collections.abc import Callable
 
 import click
 
-from .cmd.command import OneLineCommand
-from .cmd.errors import usage
-from .errors import SejError
-from .hub.copy import copy_all
-from .hub.source import LocalSource, Source
-from .journal import next_offset
-from .shard import ShardedWriter
-from .shard.root import find_journals
+from .. import __version__
+from ..errors import SejError
+from ..hub.copy import copy_all
+from ..hub.location import Origin, open_sources
+from ..hub.source import Source
+from ..journal import next_offset
+from ..shard import ShardedWriter
+from ..shard.root import find_journals
+from .shell import Program, debug_option, usage
 
 CLIENT = "edge-1"
 TYPES = ("reading", "alert", "heartbeat")
@@ -76,14 +78,22 @@ def run_hub(
     return time.monotonic() - t0
 
 
+def check_spark() -> None:
+    """Fail before anything runs when PySpark (sej's `spark` extra) or a Java runtime is missing."""
+    try:
+        import pyarrow  # noqa: F401
+        import pyspark  # noqa: F401
+    except ModuleNotFoundError as e:
+        raise SejError(f"{e}: install sej with its 'spark' extra (pip install '.[spark]' in a checkout)") from None
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        raise SejError("Spark needs a Java runtime (17 or later): install one, e.g. apt install default-jre-headless")
+
+
 def summarize(hub_root: str, master: str | None) -> tuple[int, bool]:
     """Read the hub root with Spark, print the summary; (rows, every journal's offsets contiguous)."""
-    try:
-        from pyspark.sql import functions as F
-    except ImportError as e:
-        raise SejError(f"PySpark is not installed ({e}): pip install 'sej-journal[spark]'") from None
+    from pyspark.sql import functions as F
 
-    from .spark import spark_session
+    from ..spark import spark_session
 
     conf = {"spark.ui.showConsoleProgress": str(sys.stderr.isatty()).lower(), "spark.sql.shuffle.partitions": "4"}
     spark = spark_session("sej-pipeline", master, **conf)
@@ -121,7 +131,7 @@ def summarize(hub_root: str, master: str | None) -> tuple[int, bool]:
     return rows, contiguous
 
 
-@click.command(cls=OneLineCommand, name="sej-pipeline", context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(cls=Program, name="sej-pipeline", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--work", type=click.Path(file_okay=False), help="Working directory (default: a new temporary one).")
 @click.option("--messages", type=click.IntRange(1, 10**8), default=20_000, show_default=True)
 @click.option("--shard-bit", type=click.IntRange(0, 8), default=2, show_default=True, help="2**BIT shards.")
@@ -131,7 +141,8 @@ def summarize(hub_root: str, master: str | None) -> tuple[int, bool]:
 @click.option("--known-hosts", type=click.Path(dir_okay=False), help="known_hosts file (with --ssh).")
 @click.option("--master", help="Spark master (default: $SPARK_MASTER or local[2]).")
 @click.option("--keep", is_flag=True, help="Keep the temporary working directory.")
-@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@debug_option()
+@click.version_option(__version__, prog_name="sej-pipeline")
 def main(
     work: str | None,
     messages: int,
@@ -142,46 +153,32 @@ def main(
     known_hosts: str | None,
     master: str | None,
     keep: bool,
-    debug: bool,
 ) -> int:
     """Produce a sharded journal, copy it with the hub, summarize it with Spark."""
-    OneLineCommand.debug = debug
     base = os.path.abspath(work) if work else tempfile.mkdtemp(prefix="sej-pipeline-")
     producer_root, hub_root = os.path.join(base, "producer"), os.path.join(base, "hub")
     try:
         if (master or os.environ.get("SPARK_MASTER", "local")).startswith("local"):
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # everything runs on this machine
-        if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-            raise SejError(
-                "Spark needs a Java runtime (17 or later): install one, e.g. apt install default-jre-headless"
-            )
+        check_spark()
         os.makedirs(producer_root, exist_ok=True)
-        client = None
+        origin = Origin(producer_root)
         if ssh_url:
-            from .hub.ssh import connect, parse_location, resolve, sftp_sources
-
-            loc = parse_location(ssh_url.rstrip("/") + producer_root)
-            if loc is None:
+            origin = Origin.parse(ssh_url.rstrip("/") + producer_root, identity=identity, known_hosts=known_hosts)
+            if origin.is_local:
                 raise usage(f"--ssh must look like ssh://[user@]host[:port], got {ssh_url!r}")
-            ep = resolve(loc.host, loc.port, loc.user, identity, known_hosts)
-            client = connect(ep)
-            make_source: Callable[[], Source] = sftp_sources(client, loc.path, f"{ep.user}@{ep.host}:{ep.port}")
-            transport = f"SFTP from {ep.user}@{ep.host}:{ep.port}"
-        else:
-            make_source = lambda: LocalSource(producer_root)  # noqa: E731
-            transport = "local transport"
-        click.echo(f"producer: {messages} messages into {producer_root} ({2**shard_bit} shards)")
-        click.echo(f"hub:      {hub_root} (client {CLIENT}, {transport})")
-        producer = multiprocessing.get_context("spawn").Process(
-            target=produce, args=(producer_root, messages, shard_bit, segment_size)
-        )
-        producer.start()
-        try:
-            took = run_hub(make_source, hub_root, producer, messages)
-        finally:
-            producer.join(60)
-            if client is not None:
-                client.close()
+        with open_sources(origin) as sources:
+            transport = "local transport" if origin.is_local else f"SFTP from {sources.label}"
+            click.echo(f"producer: {messages} messages into {producer_root} ({2**shard_bit} shards)")
+            click.echo(f"hub:      {hub_root} (client {CLIENT}, {transport})")
+            producer = multiprocessing.get_context("spawn").Process(
+                target=produce, args=(producer_root, messages, shard_bit, segment_size)
+            )
+            producer.start()
+            try:
+                took = run_hub(sources, hub_root, producer, messages)
+            finally:
+                producer.join(60)
         copied = hub_messages(hub_root)
         click.echo(f"hub copied {copied} of {messages} messages in {took:.1f} s")
         if producer.exitcode != 0:

@@ -16,11 +16,11 @@ from typing import Any
 
 import click
 
-from ..errors import CorruptionError
-from ..frames import HEADER, I32, OVERHEAD, Message, decode_batch
-from ..segment import pread_full, read_messages
-from ..timestamps import format_time
-from .errors import usage
+from ...errors import CorruptionError
+from ...frames import HEADER, I32, OVERHEAD, Message, decode_batch
+from ...segment import pread_full, read_messages
+from ...timestamps import format_time
+from ..shell import usage
 from .output import FORMATS, MessageWriter, human_bytes, pairs
 from .target import segment_file
 

@@ -13,12 +13,12 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..frames import HEADER, NO_TIMESTAMP
-from ..fsutil import open_file
-from ..index import Entry
-from ..layout import Segment, is_quarantine_name, list_segments, segment_dir
-from ..segment import walk
-from ..shard import Journal
+from ...frames import HEADER, NO_TIMESTAMP
+from ...fsutil import open_file
+from ...index import Entry
+from ...layout import Segment, is_quarantine_name, list_segments, segment_dir
+from ...segment import walk
+from ...shard import Journal
 
 
 @dataclass(frozen=True)

@@ -9,12 +9,12 @@ from collections.abc import Callable
 
 import click
 
-from ..hub.copy import JournalOutcome, copy_all
-from ..hub.names import check_client_id
-from ..hub.source import LocalSource, Source
-from ..hub.ssh import connect, parse_location, resolve, sftp_sources
-from ..layout import segment_dir
-from .errors import Failure, usage
+from ...hub.copy import JournalOutcome, copy_all
+from ...hub.location import Origin, open_sources, parse_location
+from ...hub.names import check_client_id
+from ...hub.source import Source
+from ...layout import segment_dir
+from ..shell import Failure, usage
 from .progress import enabled
 
 
@@ -53,29 +53,18 @@ def copy_cmd(
         raise usage(f"DST must be a local directory (the hub root), got {dst}")
     if client_id is not None:
         check_client_id(client_id)  # a bad one is a usage error, before anything is copied
-    loc = parse_location(src)
-    client = None
-    if loc is None:
+    origin = Origin.parse(src, identity=identity, known_hosts=known_hosts, accept_new_host_key=accept_new_host_key)
+    if origin.is_local:
         if not os.path.isdir(src):
             raise usage(f"{src} does not exist or is not a directory")
         if not os.path.isdir(segment_dir(src)) and not any(
             os.path.isdir(os.path.join(src, n, "jnl")) for n in os.listdir(src)
         ):
             raise usage(f"{src} is neither a journal nor a root of journals")
-        cid = client_id or "local"
-        make_source: Callable[[], Source] = lambda: LocalSource(src)  # noqa: E731
-    else:
-        ep = resolve(loc.host, loc.port, loc.user, identity, known_hosts)
-        cid = client_id or default_client_id(loc.host)
-        client = connect(ep, accept_new_host_key=accept_new_host_key)
-        make_source = sftp_sources(client, loc.path, f"{ep.user}@{ep.host}:{ep.port}")
-    os.makedirs(dst, exist_ok=True)
-    stop = threading.Event()
-    try:
-        outcomes = _run(make_source, dst, cid, reader_name, workers, stop)
-    finally:
-        if client is not None:
-            client.close()
+    cid = client_id or default_client_id(origin.host)
+    with open_sources(origin) as sources:
+        os.makedirs(dst, exist_ok=True)
+        outcomes = _run(sources, dst, cid, reader_name, workers, threading.Event())
     failed = 0
     for o in outcomes:
         if o.result is not None:

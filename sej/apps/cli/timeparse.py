@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..timestamps import TimeError, parse_time
+from ...timestamps import TimeError, parse_time
 
 
 class TimeType(click.ParamType[int]):

@@ -11,17 +11,17 @@ from typing import Any
 
 import click
 
-from ..errors import LockedError, SejError
-from ..journal import last_messages, next_offset
-from ..layout import list_segments, writer_lock_path
-from ..lock import lock_file, unlock_file
-from ..recovery import recover_tail
-from ..retention import Deletion, RetentionPlan, apply_retention, lock_retention, plan_retention
-from ..scanner import Scanner
-from ..shard import Journal
-from ..timestamps import NS, format_time
+from ...errors import LockedError, SejError
+from ...journal import last_messages, next_offset
+from ...layout import list_segments, writer_lock_path
+from ...lock import lock_file, unlock_file
+from ...recovery import recover_tail
+from ...retention import Deletion, RetentionPlan, apply_retention, lock_retention, plan_retention
+from ...scanner import Scanner
+from ...shard import Journal
+from ...timestamps import NS, format_time
+from ..shell import Failure
 from .check import Problem, Report, total_bytes, verify_journal
-from .errors import Failure
 from .output import human_bytes, pairs, table
 from .progress import progress
 from .target import journals_at, readers, writer_running
@@ -232,7 +232,7 @@ def old(dir: str, days: float, delete: bool) -> int:
     readers, nothing counts as passed. The last segment of a journal is never
     listed, and segments are taken oldest first up to the first one that does
     not qualify, so deleting them never leaves a gap in the journal. --delete
-    holds each journal's retention lock (as scripts/retention.py does) and
+    holds each journal's retention lock (as sej-retention does) and
     fsyncs jnl/ after each segment, so even a power loss leaves no gap.
     """
     journals = journals_at(dir)

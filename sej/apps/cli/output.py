@@ -27,8 +27,8 @@ from typing import IO, Any
 import click
 import msgpack
 
-from ..frames import Message
-from ..timestamps import format_time
+from ...frames import Message
+from ...timestamps import format_time
 
 FORMATS = ("json", "msgpack", "raw", "hex")
 

@@ -1,4 +1,4 @@
-"""`python -m sej.cmd`: the same as the `sej` console script."""
+"""`python -m sej.apps.cli`: the same as the `sej` console script."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-#!/usr/bin/env python3
-"""One hub pass for cron: copy every client of a hub.toml once, never two runs at a time.
+"""`sej-hub-cron`: one hub pass for cron, copying every client of a hub.toml once, never two runs at a time.
 
-    hub-cron.py --config /etc/sej/hub.toml [--max-time SECONDS] [--log-level LEVEL] [--debug]
+    sej-hub-cron --config /etc/sej/hub.toml [--max-time SECONDS] [--log-level LEVEL] [--debug]
+    python -m sej.apps.hub_cron ...     (the same)
 
 The run holds `<hub_root>/.hub.lck` (exclusive, non-blocking, the same lock the
 sej-hub daemon holds). When another run (or the daemon) holds it, this one logs
@@ -18,23 +18,18 @@ Exit codes: 0 the pass had no failures (or another run holds the lock),
 from __future__ import annotations
 
 import logging
-import os
-import sys
 import threading
 
 import click
 
-try:
-    import sej.hub.main  # noqa: F401  (installed: pip install -e .)
-except ImportError:  # run from a checkout without installing
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from .. import __version__
+from ..errors import LockedError
+from ..hub.daemon import lock_hub, lock_path
+from ..lock import unlock_file
+from .hub import LEVELS, exit_process, run_pass, start, stop_on_signals, summarize
+from .shell import INTERRUPTED, OK, Failure, Program, debug_option
 
-from sej.cmd.command import OneLineCommand
-from sej.cmd.errors import INTERRUPTED, OK, Failure
-from sej.errors import LockedError
-from sej.hub.daemon import lock_hub, lock_path
-from sej.hub.main import LEVELS, exit_process, run_pass, start, stop_on_signals, summarize
-from sej.lock import unlock_file
+PROG = "sej-hub-cron"
 
 log = logging.getLogger("sej.hub")
 
@@ -42,7 +37,7 @@ DEFAULT_MAX_TIME = 3300.0
 """Seconds: a pass stops after 55 minutes, before an hourly cron would start the next one."""
 
 
-@click.command(cls=OneLineCommand, name="hub-cron", context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(cls=Program, name=PROG, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--config", "config_path", required=True, metavar="FILE", help="The hub.toml file.")
 @click.option(
     "--max-time",
@@ -52,10 +47,11 @@ DEFAULT_MAX_TIME = 3300.0
     help="Stop the pass after this many seconds (after the current chunks).",
 )
 @click.option("--log-level", type=click.Choice(LEVELS, case_sensitive=False), default=None, help="Default INFO.")
-@click.option("--debug", is_flag=True, help="Show tracebacks of unexpected errors; log at DEBUG.")
-def cron(config_path: str, max_time: float, log_level: str | None, debug: bool) -> int:
+@debug_option("Show tracebacks of unexpected errors; log at DEBUG.")
+@click.version_option(__version__, prog_name=PROG)
+def cron(config_path: str, max_time: float, log_level: str | None) -> int:
     """One copy pass over every client of FILE, under the hub root's lock."""
-    config = start(config_path, log_level, debug)
+    config = start(config_path, log_level)
     try:
         lock = lock_hub(config)
     except LockedError:
@@ -88,5 +84,10 @@ def cron(config_path: str, max_time: float, log_level: str | None, debug: bool) 
     return OK
 
 
+def main() -> None:
+    """The console script `sej-hub-cron`."""
+    exit_process(cron.main(prog_name=PROG, standalone_mode=False))
+
+
 if __name__ == "__main__":
-    exit_process(cron.main(prog_name="hub-cron", standalone_mode=False))
+    main()

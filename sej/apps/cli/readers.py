@@ -8,12 +8,12 @@ from typing import Any
 
 import click
 
-from ..errors import InvalidArgumentError, LockedError, SejError
-from ..journal import first_offset, next_offset, offset_at_time
-from ..layout import check_reader_name, reader_offset_path
-from ..offset import Offset, read_offset_file
-from ..timestamps import format_time
-from .errors import Failure, usage
+from ...errors import InvalidArgumentError, LockedError, SejError
+from ...journal import first_offset, next_offset, offset_at_time
+from ...layout import check_reader_name, reader_offset_path
+from ...offset import Offset, read_offset_file
+from ...timestamps import format_time
+from ..shell import Failure, usage
 from .output import table
 from .target import journals_at, label, readers
 from .timeparse import TIME

@@ -1,6 +1,7 @@
 """The `sej-hub` console script: the hub daemon, or one pass with --once.
 
     sej-hub --config hub.toml [--once] [--log-level LEVEL] [--debug]
+    python -m sej.apps.hub ...     (the same)
 
 Logs go to stderr (logger "sej.hub"). Errors end as ONE line on stderr,
 ``sej-hub: error: ...``, and an exit code, as with the `sej` tool: 0 fine (the
@@ -9,6 +10,9 @@ client or a journal failed in --once, another hub holds the lock, I/O errors),
 2 usage errors (bad options, a missing or invalid config file), 130 a --once
 pass interrupted by a signal. With --debug an unexpected error shows its
 traceback instead.
+
+The helpers here (logging, signals, one pass, the lock, exiting) serve sej-hub-cron
+(sej.apps.hub_cron) too. The hub itself is the library sej.hub.
 """
 
 from __future__ import annotations
@@ -26,15 +30,14 @@ from types import FrameType
 from typing import IO, NoReturn
 
 import click
-import paramiko
 
 from .. import __version__
-from ..cmd.command import OneLineCommand
-from ..cmd.errors import INTERRUPTED, OK, PROBLEMS, Failure
 from ..errors import LockedError
+from ..hub.config import HubConfig, load_config
+from ..hub.daemon import ClientReport, Hub, lock_hub, lock_path
+from ..hub.location import transport_errors
 from ..lock import unlock_file
-from .config import HubConfig, load_config
-from .daemon import ClientReport, Hub, lock_hub, lock_path
+from .shell import INTERRUPTED, OK, PROBLEMS, Failure, Program, debug_option, debugging
 
 log = logging.getLogger("sej.hub")
 
@@ -65,7 +68,7 @@ def quiet_prefetch_errors() -> None:
 
     def hook(args: threading.ExceptHookArgs) -> None:
         name = args.thread.name if args.thread is not None else ""
-        if "_prefetch_thread" in name and isinstance(args.exc_value, (OSError, EOFError, paramiko.SSHException)):
+        if "_prefetch_thread" in name and isinstance(args.exc_value, transport_errors()):
             log.debug("SFTP prefetch stopped: %s", args.exc_value)
             return
         default(args)
@@ -117,15 +120,14 @@ def hold_lock(config: HubConfig) -> IO[str]:
         raise Failure(f"another hub run holds the lock {lock_path(config)}", PROBLEMS) from None
 
 
-def start(config_path: str, log_level: str | None, debug: bool) -> HubConfig:
-    """Common start of sej-hub and the cron script: --debug, logging, the config."""
-    OneLineCommand.debug = debug
-    setup_logging((log_level or ("DEBUG" if debug else "INFO")).upper())
+def start(config_path: str, log_level: str | None) -> HubConfig:
+    """Common start of sej-hub and sej-hub-cron: logging (DEBUG with --debug), the config."""
+    setup_logging((log_level or ("DEBUG" if debugging() else "INFO")).upper())
     quiet_prefetch_errors()
     return load_config(config_path)
 
 
-@click.command(cls=OneLineCommand, name="sej-hub", context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(cls=Program, name="sej-hub", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--config", "config_path", required=True, metavar="FILE", help="The hub.toml file.")
 @click.option("--once", is_flag=True, help="One pass over every client, then exit (1 if anything failed).")
 @click.option(
@@ -134,9 +136,9 @@ def start(config_path: str, log_level: str | None, debug: bool) -> HubConfig:
     default=None,
     help="Log level on stderr (default INFO, or DEBUG with --debug).",
 )
-@click.option("--debug", is_flag=True, help="Show tracebacks of unexpected errors; log at DEBUG.")
+@debug_option("Show tracebacks of unexpected errors; log at DEBUG.")
 @click.version_option(__version__, prog_name="sej-hub")
-def cli(config_path: str, once: bool, log_level: str | None, debug: bool) -> int:
+def cli(config_path: str, once: bool, log_level: str | None) -> int:
     """Copy producers' journals into the hub root, exactly once: the sej hub daemon.
 
     Reads FILE (hub.toml: hub_root, hub_name, poll_interval, workers,
@@ -144,7 +146,7 @@ def cli(config_path: str, once: bool, log_level: str | None, debug: bool) -> int
     or SIGINT, which let the current chunks finish. Exit codes: 0 fine,
     1 problems, 2 usage errors.
     """
-    config = start(config_path, log_level, debug)
+    config = start(config_path, log_level)
     stop = threading.Event()
     lock = hold_lock(config)
     try:

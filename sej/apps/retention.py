@@ -1,8 +1,8 @@
-#!/usr/bin/env python3
-"""Retention for cron: delete the oldest segments every reader has passed, past an age, size or count limit.
+"""`sej-retention`, for cron: delete the oldest segments every reader has passed, past an age, size or count limit.
 
-    retention.py PATH [--max-age 7d] [--max-bytes 10G] [--max-messages N]
-                      [--require-reader NAME ...] [--dry-run] [--debug]
+    sej-retention PATH [--max-age 7d] [--max-bytes 10G] [--max-messages N]
+                       [--require-reader NAME ...] [--dry-run] [--debug]
+    python -m sej.apps.retention ...     (the same)
 
 PATH is a journal, a sharded root or a hub root; every journal at PATH is handled
 on its own (the limits are per journal). A segment is deleted only when it is one
@@ -16,7 +16,7 @@ exits 1. --dry-run takes no lock and deletes nothing: it prints what a run would
 delete now, and for each journal why it keeps the rest.
 
 Output: one line per deleted (or, with --dry-run, would-be-deleted) segment with
-its reasons, then a summary. Errors end as ONE line on stderr, `retention: error: ...`.
+its reasons, then a summary. Errors end as ONE line on stderr, `sej-retention: error: ...`.
 Exit codes: 0 fine (also when nothing was due), 1 problems (a journal failed, e.g.
 a malformed offset file; another run holds a lock; I/O errors), 2 usage errors
 (no limit, a bad value, a path that is not a journal), 130 interrupted.
@@ -24,9 +24,7 @@ a malformed offset file; another run holds a lock; I/O errors), 2 usage errors
 
 from __future__ import annotations
 
-import os
 import re
-import sys
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -34,22 +32,27 @@ from typing import Any
 
 import click
 
-try:
-    import sej.retention  # noqa: F401  (installed: pip install -e .)
-except ImportError:  # run from a checkout without installing
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from .. import __version__
+from ..errors import LockedError, SejError
+from ..layout import check_reader_name
+from ..lock import unlock_file
+from ..retention import Deletion, RetentionResult, apply_retention, lock_retention, plan_retention
+from ..timestamps import NS, TimeError, parse_time
+from .cli.target import journals_at
+from .shell import (
+    OK,
+    PROBLEMS,
+    Failure,
+    Program,
+    debug_option,
+    debugging,
+    error_line,
+    quiet_library_logs,
+    translate,
+    usage,
+)
 
-from sej.cmd.command import OneLineCommand, error_line, translate
-from sej.cmd.errors import OK, PROBLEMS, Failure, usage
-from sej.cmd.main import quiet_library_logs
-from sej.cmd.target import journals_at
-from sej.errors import LockedError, SejError
-from sej.layout import check_reader_name
-from sej.lock import unlock_file
-from sej.retention import Deletion, RetentionResult, apply_retention, lock_retention, plan_retention
-from sej.timestamps import NS, TimeError, parse_time
-
-PROG = "retention"
+PROG = "sej-retention"
 
 # -- values --------------------------------------------------------------------
 
@@ -115,7 +118,7 @@ def _n(n: int, word: str) -> str:
 # -- the command ---------------------------------------------------------------
 
 
-@click.command(cls=OneLineCommand, name=PROG, context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(cls=Program, name=PROG, context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("path", type=click.Path(path_type=str))
 @click.option("--max-age", type=DURATION, default=None, help="Delete segments whose newest message is older (7d, 12h).")
 @click.option("--max-bytes", type=SIZE, default=None, help="Keep each journal's segments under this size (10G).")
@@ -124,7 +127,8 @@ def _n(n: int, word: str) -> str:
 @click.option("--require-reader", "required", multiple=True, metavar="NAME",
               help="A reader that must have passed a segment even before it first commits (repeatable).")  # fmt: skip
 @click.option("--dry-run", is_flag=True, help="Delete nothing; print what would be deleted and why the rest is kept.")
-@click.option("--debug", is_flag=True, help="Show tracebacks of unexpected errors.")
+@debug_option()
+@click.version_option(__version__, prog_name=PROG)
 def retention(
     path: str,
     max_age: float | None,
@@ -132,7 +136,6 @@ def retention(
     max_messages: int | None,
     required: tuple[str, ...],
     dry_run: bool,
-    debug: bool,
 ) -> int:
     """Delete the oldest segments of the journals at PATH that every reader has passed and a limit wants gone.
 
@@ -142,7 +145,7 @@ def retention(
     SIZE: bytes or K, M, G, T, P (powers of 1024). Exit codes: 0 fine,
     1 problems (also: another run holds the lock), 2 usage errors.
     """
-    OneLineCommand.debug = debug
+    debug = debugging()
     quiet_library_logs(not debug)
     if max_age is None and max_bytes is None and max_messages is None:
         raise usage("no limit given: give at least one of --max-age, --max-bytes, --max-messages")
@@ -194,5 +197,10 @@ def retention(
     return PROBLEMS if failed else OK
 
 
-if __name__ == "__main__":
+def main() -> None:
+    """The console script `sej-retention`."""
     retention.main(prog_name=PROG)
+
+
+if __name__ == "__main__":
+    main()
