@@ -44,6 +44,8 @@ def last_messages(dir: str | os.PathLike[str], n: int) -> list[Message]:
         if is_last:
             w = tail(index_path(path, seg.first_offset), seg)[0]
             end, last = w.end, w.next_offset - 1  # skips a torn tail
+            if w.resume is not None:  # damage in place: the whole frames after it are the newest
+                end, last = w.size, w.resume.next_offset - 1
         else:
             end, last = os.path.getsize(seg.path), segments[i + 1].first_offset - 1
         if end == 0 and last != seg.first_offset - 1:  # an empty segment must be named like the next one
