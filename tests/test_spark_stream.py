@@ -67,16 +67,29 @@ def test_share_rows_is_fair_bounded_and_always_progresses() -> None:
 WRITER = r"""
 import os, sys, time
 import sej
-root, stop, safety = sys.argv[1], sys.argv[2], float(sys.argv[3])
-parent, deadline = os.getppid(), time.monotonic() + safety  # in case the test dies without creating the file
-i = 0
-with sej.ShardedWriter(root, "p", shard_bit=2, segment_size=16_000) as w:
-    while not os.path.exists(stop):
+root, control, per_run, safety = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+parent, deadline = os.getppid(), time.monotonic() + safety  # in case the test goes away without saying "stop"
+stop = os.path.join(control, "stop")
+i = runs = 0
+
+
+def wait_for(name):
+    while not os.path.exists(os.path.join(control, name)) and not os.path.exists(stop):
         if os.getppid() != parent or time.monotonic() > deadline:
             sys.exit("the test went away without creating the stop file")
-        w.append(b"value-%06d" % i, key=b"k%d" % i, type=i % 3)
-        i += 1
-        if i % 10 == 0:  # about 100 messages a second
+        time.sleep(0.01)
+
+
+with sej.ShardedWriter(root, "p", shard_bit=2, segment_size=16_000) as w:
+    while True:
+        wait_for("run-%d" % (runs + 1))
+        if os.path.exists(stop):
+            break
+        runs += 1
+        for _ in range(per_run // 10):  # about 100 messages a second
+            for _ in range(10):
+                w.append(b"value-%06d" % i, key=b"k%d" % i, type=i % 3)
+                i += 1
             w.flush()
             time.sleep(0.1)
 print("done", i, flush=True)
@@ -90,16 +103,19 @@ def test_available_now_with_a_limit_reads_everything_exactly_once_across_restart
     with sej.ShardedWriter(root, "p", shard_bit=2, segment_size=16_000) as w:  # a backlog over all four shards
         for i in range(SEED):
             w.append(b"seed-%d" % i, key=b"seed-%d" % i)
-    stop = str(tmp_path / "stop")
-    # It appends until the stop file exists (or the test process is gone, or a safety deadline far beyond the
-    # test's own has passed).
-    writer = popen_python(WRITER, root, stop, str(scaled(900)), stdout=subprocess.PIPE)
+    # The writer appends 300 messages as each run starts (run-1, run-2, ...), at about 100 a second, so how much
+    # a run finds new does not grow with how slow this machine is; it stays until told to stop (or the test
+    # process is gone, or a safety deadline far beyond the test's own has passed).
+    control = tmp_path / "control"
+    control.mkdir()
+    writer = popen_python(WRITER, root, str(control), "300", str(scaled(900)), stdout=subprocess.PIPE)
     try:
         batches: list[int] = []
-        for _ in range(3):  # restarts from the checkpoint while the writer appends
+        for run in range(1, 4):  # restarts from the checkpoint while the writer appends
+            (control / f"run-{run}").touch()
             batches += run_available_now(spark, root, ck, out, maxRecordsPerTrigger=str(LIMIT), queryName="q")
             assert writer.poll() is None, "the writer must still be appending while the query runs"
-        open(stop, "w").close()
+        (control / "stop").touch()
         out_text, _ = writer.communicate(timeout=scaled(60))
         assert writer.returncode == 0 and out_text.startswith("done")
         written = int(out_text.split()[1])
