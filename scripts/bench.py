@@ -771,9 +771,8 @@ def bench_cli_count(cfg: Config, d: Path, seg: str, n: int) -> Result:
         "cli_count",
         f"9. `sej scan --count` on the {os.path.getsize(seg) / 2**30:.2f} GiB journal",
         [
-            f"The journal of benchmark 6 ({n:,} messages). `sej scan DIR --count` without filters counts from the "
-            "offsets (the next offset minus the first), after reading every frame to check it (decoding none); "
-            "with a type filter it must decode "
+            f"The journal of benchmark 6 ({n:,} messages). `sej scan DIR --count` without filters counts the "
+            "frames it walks, checking but not decoding them; with a type filter it must decode "
             "every message. Each run is a real `python -m sej.cmd` process, start-up included.",
             "Baseline: the raw decode loop in this process: 16 MiB reads, `struct.unpack_from` of each header and "
             "value size, counting frames.",

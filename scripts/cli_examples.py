@@ -199,9 +199,9 @@ def page(s: Session, dir: str) -> str:
         "not including, the first message at or after `--end`. Messages in between whose own timestamp is "
         "outside [start, end) (out-of-order clocks) are skipped too. With one journal, `--from` outside the "
         "journal is a usage error; with several it is clamped to each journal's range. Several journals are "
-        "merged by timestamp. `count` without time or type filters is arithmetic (next - start offset), given "
-        "only after reading every frame scan would read (checking, not decoding, them): on a damaged journal "
-        "`count` fails where `scan` fails.\n\n"
+        "merged by timestamp. `count` without time or type filters walks the frames scan would read, checking "
+        "but not decoding them (about twice as fast as a scan): it counts what `scan` would print, and on a "
+        "damaged journal it fails where `scan` fails.\n\n"
     )
     add(s.run("scan", "events", "--start", "2024-04-05T19:40:00Z", "--end", "2024-04-05T19:43:00Z"))
     add(s.run("scan", "events", "--from", "9", "--format", "hex"))

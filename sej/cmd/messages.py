@@ -131,16 +131,17 @@ def _keyed(i: int, msgs: Iterator[Message]) -> Iterator[tuple[int, int, int, Mes
 def count_messages(journals: list[Journal], f: Filters) -> int:
     """How many messages scan would print; without time or type filters, next - start for each journal.
 
-    That arithmetic count is given only after checking the frames scan would read (without
-    decoding them): where scan fails on a damaged journal, count fails the same way.
+    That count comes from walking the frames scan would read, without decoding them: where scan
+    fails on a damaged journal, count fails the same way, and where scan ends, count ends.
     """
     plans = plan(journals, f)
     if not f.decode_needed:
+        total = 0
         with progress(sum(p.stop - p.start for p in plans), "checking") as tick:
             for p in plans:
-                check_frames(p.journal.path, p.start)
+                total += check_frames(p.journal.path, p.start) - p.start
                 tick(p.stop - p.start)
-        return sum(p.stop - p.start for p in plans)
+        return total
     total = 0
     with progress(sum(p.stop - p.start for p in plans), "counting") as tick:
         for p in plans:  # a count needs no order: each journal on its own, no merge
@@ -150,8 +151,9 @@ def count_messages(journals: list[Journal], f: Filters) -> int:
     return total
 
 
-def check_frames(dir: str, start: int) -> None:
-    """Raise CorruptionError where a scan of `dir` from `start` would fail; reads frames, decodes none.
+def check_frames(dir: str, start: int) -> int:
+    """Where a scan of `dir` from `start` ends (the offset after its last message), reading frames
+    without decoding them; CorruptionError where the scan would fail.
 
     Like the scanner: from the index entry at or before `start`, every frame whole and in
     sequence, each finished segment ending with a whole frame and followed by the segment of the
@@ -182,6 +184,7 @@ def check_frames(dir: str, start: int) -> None:
         if j == i and w.next_offset < start:
             raise OffsetOutOfRangeError(start, segments[0].first_offset, w.next_offset)
         expect = w.next_offset
+    return start if expect is None else expect
 
 
 def filter_options(fn: Callable[..., Any]) -> Callable[..., Any]:
