@@ -1116,7 +1116,7 @@ def apply_index_mutation(b: Built, mut: tuple) -> str:  # type: ignore[type-arg]
     elif kind == "header":
         h = mut[2]
         if h == "magic":
-            head[0] ^= 1
+            head[:1] = bytes([head[0] ^ 1]) if head else b"T"
         elif h == "first+1":
             head[8:16] = struct.pack(">Q", (seg.first + 1) % 2**64)
         elif h == "first-1":
