@@ -3,7 +3,7 @@
     python3 scripts/cli_examples.py [--out docs/cli.md]
 
 Builds a small example journal, a sharded root and a damaged copy in a temporary
-directory, runs real `sej` commands there (as `python -m sej.cmd`, the same
+directory, runs real `sej` commands there (as `python -m sej.apps.cli`, the same
 code as the `sej` console script) and writes every command line, its output and
 its exit code into the page. Nothing in the examples is typed by hand.
 """
@@ -41,7 +41,7 @@ class Session:
 
     def run(self, *args: str, expect: int | None = 0) -> str:
         p = subprocess.run(
-            [sys.executable, "-m", "sej.cmd", *args], capture_output=True, text=True, cwd=self.cwd, env=self.env,
+            [sys.executable, "-m", "sej.apps.cli", *args], capture_output=True, text=True, cwd=self.cwd, env=self.env,
             timeout=60,
         )  # fmt: skip
         if expect is not None and p.returncode != expect:
@@ -61,14 +61,14 @@ class Session:
         return f"```console\n{text}```\n\n"
 
     def help(self, *cmd: str) -> str:
-        p = subprocess.run([sys.executable, "-m", "sej.cmd", *cmd, "--help"], capture_output=True, text=True,
+        p = subprocess.run([sys.executable, "-m", "sej.apps.cli", *cmd, "--help"], capture_output=True, text=True,
                            cwd=self.cwd, env=self.env, timeout=60)  # fmt: skip
         return f"```text\n{p.stdout}```\n\n"
 
     def follow(self) -> str:
         """`sej tail -f`: start it, append two messages from another process, then Ctrl-C."""
         args = ["tail", "events", "-n", "1", "-f"]
-        p = subprocess.Popen([sys.executable, "-m", "sej.cmd", *args], cwd=self.cwd, env=self.env,
+        p = subprocess.Popen([sys.executable, "-m", "sej.apps.cli", *args], cwd=self.cwd, env=self.env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
         assert p.stdout is not None
         lines = [p.stdout.readline()]
@@ -135,14 +135,15 @@ def page(s: Session, dir: str) -> str:
         "journal (`events`, 12 messages in 400-byte segments, readers `billing` and `audit`; the `tail -f` "
         "example appends two more), a sharded "
         "root (`shards`, `ev.1.000` and `ev.1.001`) and a damaged copy (`damaged`) in a temporary "
-        "directory, runs each command below there with `python -m sej.cmd` (the same code as the "
+        "directory, runs each command below there with `python -m sej.apps.cli` (the same code as the "
         "`sej` console script) and copies the command line, its output and its exit code here. "
         "Nothing below was typed by hand.\n\n"
     )
     add("## Overview\n\n")
     add(
-        "`sej` inspects and maintains journals. Install with `python3 -m pip install -e .`; "
-        "`python3 -m sej.cmd` runs the same tool.\n\n"
+        "`sej` inspects and maintains journals. It is installed with sej: `python3 -m pip install .` in a "
+        "checkout (or `python3 -m pip install` a built wheel); add the `hub` extra (`'.[hub]'`) for "
+        "`sej copy` from `ssh://` locations. `python3 -m sej.apps.cli` runs the same tool.\n\n"
         "**DIR** is a plain journal (a directory holding `jnl/`), a sharded root of "
         "`<prefix>.<bit>.<index>/` journals, or a hub root of `<client>.<shard>/` journals "
         "(whatever `sej.shard.find_journals` finds). When a command reads several journals, its "
@@ -185,7 +186,7 @@ def page(s: Session, dir: str) -> str:
         "- `raw`: the value bytes, then a newline.\n"
         "- `hex`: `[journal] offset timestamp type key value`, key and value in hex, `-` when empty or "
         "without a timestamp.\n\n"
-        "Long work (`verify`, `scan`/`count` that decode, `old --delete`) draws a progress bar on stderr "
+        "Long work (`verify`, `scan`/`count`, `old --delete`) draws a progress bar on stderr "
         "only when stderr is a terminal (for `scan`, only when stdout is not), and is quiet when piped.\n\n"
     )
 
@@ -199,9 +200,8 @@ def page(s: Session, dir: str) -> str:
         "not including, the first message at or after `--end`. Messages in between whose own timestamp is "
         "outside [start, end) (out-of-order clocks) are skipped too. With one journal, `--from` outside the "
         "journal is a usage error; with several it is clamped to each journal's range. Several journals are "
-        "merged by timestamp. `count` without time or type filters walks the frames scan would read, checking "
-        "but not decoding them (about twice as fast as a scan): it counts what `scan` would print, and on a "
-        "damaged journal it fails where `scan` fails.\n\n"
+        "merged by timestamp. `count` reads every message it counts, as `scan` does, also without filters: on "
+        "a corrupt frame it fails with the same error as `scan` (exit 1) instead of printing a number.\n\n"
     )
     add(s.run("scan", "events", "--start", "2024-04-05T19:40:00Z", "--end", "2024-04-05T19:43:00Z"))
     add(s.run("scan", "events", "--from", "9", "--format", "hex"))

@@ -13,9 +13,11 @@ from .errors import (
     FrameError,
     InvalidArgumentError,
     LockedError,
+    LockLostError,
     OffsetOutOfRangeError,
     SejError,
     TruncatedError,
+    UnsafeFileError,
 )
 from .journal import first_offset, last_messages, next_offset, offset_at_time
 from .layout import Segment, list_readers, list_segments
@@ -36,6 +38,7 @@ __all__ = [
     "FrameError",
     "InvalidArgumentError",
     "LockedError",
+    "LockLostError",
     "Message",
     "Offset",
     "OffsetOutOfRangeError",
@@ -45,6 +48,7 @@ __all__ = [
     "Segment",
     "SejError",
     "TruncatedError",
+    "UnsafeFileError",
     "Writer",
     "decode",
     "encode",

@@ -22,6 +22,21 @@ class LockedError(SejError):
         self.path = path
 
 
+class LockLostError(SejError):
+    """The writer's lock file was deleted or replaced under it: another writer may now be writing.
+
+    The writer stops writing at once (its unwritten buffer is dropped) rather than
+    interleave frames with that writer.
+    """
+
+    def __init__(self, path: str, what: str) -> None:
+        super().__init__(
+            f"{path} {what} under this writer, so another writer may be writing the journal; "
+            "this writer stopped and writes nothing more"
+        )
+        self.path = path
+
+
 class ClosedError(SejError):
     """The writer, scanner or offset was used after close()."""
 
@@ -80,6 +95,22 @@ class OffsetOutOfRangeError(SejError):
         self.offset = offset
         self.first = first
         self.next = next
+
+
+class UnsafeFileError(SejError):
+    """A path sej was to open is not what it must be: a symlink, a FIFO, a device, a directory...
+
+    sej never follows a symlink nor opens a non-regular file in a tree it does not
+    trust (a producer's journals, reader offsets): it raises this instead. `path` is
+    the path, `kind` what it is ("symlink", "FIFO", ...), `expected` what it had to be.
+    The message names both, never the file's contents.
+    """
+
+    def __init__(self, path: str, kind: str, expected: str = "a regular file") -> None:
+        super().__init__(f"{path} is a {kind}, not {expected}: refusing to open it")
+        self.path = path
+        self.kind = kind
+        self.expected = expected
 
 
 class CorruptionWarning(UserWarning):

@@ -19,12 +19,14 @@ import struct
 from bisect import bisect_left, bisect_right
 from typing import NamedTuple
 
-from .message import NO_TIMESTAMP
+from .errors import UnsafeFileError
+from .frames import INDEX_INTERVAL, NO_TIMESTAMP
+from .fsutil import atomic_write, read_regular
 
 MAGIC = b"SEJIDX01"
 FILE_HEADER = struct.Struct(">8sQ")
 ENTRY = struct.Struct(">QQq")
-INTERVAL = 4096
+INTERVAL = INDEX_INTERVAL
 """Bytes of segment between two index entries (at least)."""
 
 
@@ -85,10 +87,9 @@ class SparseIndex:
 def load(path: str, first_offset: int) -> SparseIndex | None:
     """Read an index file; None when it is missing or its header does not match the segment."""
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError):
-        return None
+        raw = read_regular(path, 1 << 40)
+    except (FileNotFoundError, NotADirectoryError, PermissionError, UnsafeFileError):
+        return None  # a FIFO or a symlink here is never read: the index is rebuilt instead
     if len(raw) < FILE_HEADER.size:
         return None
     magic, first = FILE_HEADER.unpack_from(raw)
@@ -100,11 +101,7 @@ def load(path: str, first_offset: int) -> SparseIndex | None:
 def save(path: str, index: SparseIndex) -> None:
     """Write an index file atomically (temp file and rename). No fsync: it is derived data."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(FILE_HEADER.pack(MAGIC, index.first_offset))
-        f.write(index.data)
-    os.replace(tmp, path)
+    atomic_write(path, FILE_HEADER.pack(MAGIC, index.first_offset) + index.data, durable=False)
 
 
 class Appender:

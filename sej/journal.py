@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 
-from . import layout
 from .errors import CorruptionError, InvalidArgumentError
+from .frames import I32, OVERHEAD, Message, decode_batch
+from .fsutil import open_file
 from .layout import Segment, index_path, journal_path, list_segments
-from .message import I32, OVERHEAD, Message, decode_batch
-from .segment import read_messages, seek_entry, tail, walk
+from .segment import pread_full, read_messages, seek_entry, tail, walk
 
 
 def first_offset(dir: str | os.PathLike[str]) -> int:
@@ -25,7 +25,8 @@ def next_offset(dir: str | os.PathLike[str]) -> int:
         return 0
     seg = segments[-1]
     w, _, _ = tail(index_path(path, seg.first_offset), seg)
-    return w.next_offset
+    # Past a frame damaged in place (whole frames follow it), the writer appends after those frames.
+    return w.resume.next_offset if w.resume is not None else w.next_offset
 
 
 def last_messages(dir: str | os.PathLike[str], n: int) -> list[Message]:
@@ -47,7 +48,7 @@ def last_messages(dir: str | os.PathLike[str], n: int) -> list[Message]:
             end, last = os.path.getsize(seg.path), segments[i + 1].first_offset - 1
         if end == 0 and last != seg.first_offset - 1:  # an empty segment must be named like the next one
             raise CorruptionError(seg.path, 0, f"gap: the segment is empty, the next one starts at offset {last + 1}")
-        with open(seg.path, "rb") as f:
+        with open_file(seg.path) as f:
             got = _backward(f.fileno(), seg, end, n - len(out), last)
             if got:
                 _check_forward(path, seg, f.fileno(), end, is_last, got)
@@ -85,7 +86,7 @@ def _backward(fd: int, seg: Segment, end: int, want: int, last: int) -> list[Mes
         size = I32.unpack(os.pread(fd, 4, end - 4))[0] if end >= 4 else -1
         if size < OVERHEAD or size > end:
             raise CorruptionError(seg.path, max(end - 4, 0), "trailing size field does not fit a frame")
-        frame = os.pread(fd, size, end - size)
+        frame = pread_full(fd, size, end - size)
         expect = got[-1].offset - 1 if got else last
         msgs, used, problem = decode_batch(frame, 0, len(frame), expect, 1)
         if not msgs or problem is not None or used != size:
@@ -116,7 +117,7 @@ def offset_at_time(dir: str | os.PathLike[str], ts: int) -> int:
 
 
 def _offset_at_time_in(dir: str, seg: Segment, ts: int, is_last: bool) -> int | None:
-    with open(seg.path, "rb") as f:
+    with open_file(seg.path) as f:
         fd = f.fileno()
         size = os.fstat(fd).st_size
         ipath = index_path(dir, seg.first_offset)
@@ -137,4 +138,4 @@ def _offset_at_time_in(dir: str, seg: Segment, ts: int, is_last: bool) -> int | 
     return None
 
 
-__all__ = ["first_offset", "next_offset", "last_messages", "offset_at_time", "layout"]
+__all__ = ["first_offset", "next_offset", "last_messages", "offset_at_time"]

@@ -3,45 +3,108 @@
 from __future__ import annotations
 
 import os
+import re
+import stat
 import struct
+import time
 from typing import IO, Literal
 
 from .errors import ClosedError, CorruptionError, InvalidArgumentError
+from .frames import MAX_OFFSET
+from .fsutil import atomic_write, open_dir, read_regular
 from .journal import first_offset, next_offset
 from .layout import check_reader_name, journal_path, offset_dir, reader_lock_path, reader_offset_path
 from .lock import lock_file, unlock_file
-from .message import MAX_OFFSET
-from .recovery import fsync_dir
 
 U64 = struct.Struct(">Q")
+
+TEMP_RE = re.compile(r"\A[A-Za-z0-9_-]+\.ofs\.(?:[0-9a-f]{16}|[0-9]+|hub)\.tmp\Z")
+"""Temp files of offset commits: `<reader>.ofs.<16 random hex digits>.tmp`, and the names older
+versions used (`<reader>.ofs.<pid>.tmp` locally, `<reader>.ofs.hub.tmp` by the hub over SFTP)."""
+
+STALE_TEMP_AGE = 600.0
+"""Seconds after which a commit's temp file counts as left behind by a killed commit.
+
+A commit holds its temp file only while it writes and fsyncs 8 bytes, so a temp file untouched
+for 10 minutes has no writer any more. The age, not a pid in the name, decides: the hub writes
+temp files into a producer's ofs/ over SFTP, where its pid means nothing, and a pid is reused.
+Removing the temp file of a commit still under way cannot corrupt anything either: its rename
+then fails and the old value stays.
+"""
 
 
 def read_offset_file(path: str) -> int | None:
     """The offset stored in an .ofs file; None if nothing is committed; CorruptionError if malformed.
 
     An empty file means nothing committed, as in the Go original (its NewOffset creates one).
+    A symlink, FIFO or any other non-regular file there raises UnsafeFileError (never followed or opened).
     """
+    return read_offset_at(path)
+
+
+def read_offset_at(name: str, *, dir_fd: int | None = None, show: str | None = None) -> int | None:
+    """read_offset_file of `name` relative to the directory descriptor `dir_fd`; `show` names it in errors."""
     try:
-        with open(path, "rb") as f:
-            raw = f.read(9)
+        raw = read_regular(name, 9, dir_fd=dir_fd, show=show)
     except FileNotFoundError:
         return None
+    return parse_offset(raw, show or name)
+
+
+def parse_offset(raw: bytes, where: str) -> int | None:
+    """The offset in the first bytes of an .ofs file (read at least 9 of them, to see one too many).
+
+    None if empty (nothing committed); CorruptionError naming `where` if not exactly 8 bytes.
+    """
     if not raw:
         return None
     if len(raw) != 8:
-        raise CorruptionError(path, 0, f"offset file holds {len(raw) if len(raw) < 9 else 'more than 8'} bytes, not 8")
+        what = len(raw) if len(raw) < 9 else "more than 8"
+        raise CorruptionError(where, 0, f"offset file holds {what} bytes, not 8")
     return U64.unpack(raw)[0]  # type: ignore[no-any-return]
 
 
+def encode_offset(value: int) -> bytes:
+    """The 8 bytes of an .ofs file holding `value`."""
+    return U64.pack(value)
+
+
 def write_offset_file(path: str, value: int) -> None:
-    """Store `value` atomically: temp file, fsync, rename, directory fsync."""
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(U64.pack(value))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(os.path.dirname(path))
+    """Store `value` in the file `path` atomically (see write_offset_at)."""
+    write_offset_at(path, value)
+
+
+def write_offset_at(name: str, value: int, *, dir_fd: int | None = None, show: str | None = None) -> None:
+    """Store `value` in `name` (relative to the directory descriptor `dir_fd`, if given) atomically.
+
+    The temp file beside it has an unpredictable name and is created exclusively
+    (O_CREAT|O_EXCL|O_NOFOLLOW: it never follows a symlink nor reuses a file), fsynced,
+    renamed over `name` (a rename replaces the name and follows nothing), and the
+    directory is fsynced. An existing `name` that is not a regular file (a symlink, a
+    FIFO) raises UnsafeFileError and is left alone. `show` names the file in errors.
+    """
+    atomic_write(name, encode_offset(value), dir_fd=dir_fd, show=show)
+
+
+def remove_stale_temps(dir_fd: int, now: float | None = None) -> list[str]:
+    """Remove the commit temp files (TEMP_RE) older than STALE_TEMP_AGE in the directory `dir_fd`.
+
+    Returns the names removed. Nothing else is touched: other names, directories, young temp files.
+    """
+    now = time.time() if now is None else now
+    removed = []
+    with os.scandir(dir_fd) as entries:
+        names = [e.name for e in entries if TEMP_RE.match(e.name)]
+    for name in names:
+        try:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode) or now - st.st_mtime < STALE_TEMP_AGE:
+                continue
+            os.unlink(name, dir_fd=dir_fd)  # a symlink itself, never its target
+        except FileNotFoundError:
+            continue
+        removed.append(name)
+    return removed
 
 
 class Offset:
@@ -67,6 +130,11 @@ class Offset:
         self.path = reader_offset_path(self.dir, name)
         self._lock_fh: IO[str] | None = lock_file(reader_lock_path(self.dir, name))
         try:
+            ofs = open_dir(offset_dir(self.dir), follow=True)
+            try:
+                remove_stale_temps(ofs)  # left by commits that were killed (see STALE_TEMP_AGE)
+            finally:
+                os.close(ofs)
             stored = read_offset_file(self.path)
         except BaseException:
             self.close()

@@ -13,9 +13,10 @@ import warnings
 from typing import NamedTuple
 
 from .errors import CorruptionError, CorruptionWarning
+from .fsutil import fsync_dir, open_file
 from .index import SparseIndex
-from .layout import Segment, index_path
-from .segment import CHUNK, Walk, walk_tail
+from .layout import Segment, index_path, quarantine_name
+from .segment import CHUNK, Walk, walk, walk_tail
 
 log = logging.getLogger("sej.recovery")
 
@@ -31,15 +32,7 @@ class Tail(NamedTuple):
 
 def quarantine_path(segment_path: str, position: int) -> str:
     """Where bytes cut from `segment_path` at `position` are kept."""
-    return f"{segment_path}.cut-{position}-{time.time_ns()}"
-
-
-def fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    return quarantine_name(segment_path, position, time.time_ns())
 
 
 def recover_tail(dir: str, seg: Segment, strict: bool = False) -> Tail:
@@ -47,14 +40,29 @@ def recover_tail(dir: str, seg: Segment, strict: bool = False) -> Tail:
 
     With `strict`, nothing is changed and a bad tail raises CorruptionError.
     """
-    with open(seg.path, "r+b") as f:
+    with open_file(seg.path, "r+b") as f:
         fd = f.fileno()
         w, index, on_disk = walk_tail(index_path(dir, seg.first_offset), seg, fd)
+        if w.problem is not None and len(index):
+            # Never cut on the index's word: it is derived data. Walk again from the start.
+            index = SparseIndex(seg.first_offset)
+            w = walk(fd, index.tail(), w.size, index)
+            on_disk = False
         if w.problem is None:
             return Tail(w, index, on_disk, None)
         length = w.size - w.end
-        if strict:
+        if strict and w.resume is None:  # strict refuses to cut; damage in place is never cut
             raise CorruptionError(seg.path, w.end, w.problem.reason, length)
+        if w.resume is not None:
+            # A frame damaged in place, with whole frames after it: not a tail. Cutting would throw
+            # away acknowledged messages, so keep everything; readers stop at the damage and
+            # `sej verify` reports it. The writer appends after the last whole frame.
+            damage = CorruptionError(seg.path, w.end, w.problem.reason, w.resume.position - w.end)
+            log.warning("%s; left in place", damage)
+            warnings.warn(f"{damage}; left in place", CorruptionWarning, stacklevel=3)
+            r = w.resume
+            kept = w._replace(end=w.size, next_offset=r.next_offset, max_ts=max(w.max_ts, r.max_ts), problem=None)
+            return Tail(kept, index, on_disk, None)
         qpath = quarantine_path(seg.path, w.end)
         _copy_range(fd, w.end, w.size, qpath)
         fsync_dir(os.path.dirname(seg.path))

@@ -25,14 +25,16 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import IO, NamedTuple
+from typing import IO, Literal, NamedTuple
 
 from .errors import CorruptionError, InvalidArgumentError
+from .frames import NO_TIMESTAMP
+from .fsutil import fsync_dir
 from .layout import (
+    RETENTION_LOCK,
     Segment,
     check_reader_name,
     index_dir,
@@ -40,22 +42,20 @@ from .layout import (
     journal_path,
     list_readers,
     list_segments,
+    parse_index_name,
     reader_offset_path,
     segment_dir,
 )
 from .lock import lock_file
-from .message import NO_TIMESTAMP
 from .offset import read_offset_file
-from .recovery import fsync_dir
 from .segment import tail
 
-LOCK_NAME = "retention.lck"
+LOCK_NAME = RETENTION_LOCK
 """The lock file a retention run holds in each journal directory (beside jnl.lck)."""
 
 NS = 10**9
 MAX_AGE = 1e11
 """Seconds (about 3000 years): a longer max_age is taken as this, beyond any 64-bit nanosecond time."""
-_INDEX_RE = re.compile(r"\A([0-9a-f]{16})\.idx\Z")
 
 
 class Deletion(NamedTuple):
@@ -107,6 +107,39 @@ class RetentionPlan:
         return self.deletions[-1].end_offset if self.deletions else self.first_offset
 
 
+class ReaderFloor(NamedTuple):
+    """How far every reader of a journal has read."""
+
+    readers: tuple[tuple[str, int | None], ...]  # every reader (in ofs/ or required) and its committed offset
+    offset: int | None  # the smallest of them, a reader with nothing committed counting as the journal's
+    # first offset; None when the journal has no readers
+    why: str  # why no segment counts as passed ("" when some may): no readers, or one committed nothing
+
+
+def reader_floor(
+    journal_dir: str | os.PathLike[str], first: int, required: Iterable[str] = (), exclude: Iterable[str] = ()
+) -> ReaderFloor:
+    """The readers of a journal whose first offset is `first`, and the offset all of them have passed.
+
+    `required` readers count even without an offset file; `exclude`d ones never count.
+    A malformed offset file raises CorruptionError. Retention, `sej old` and the archive
+    all take their floor from here.
+    """
+    path = journal_path(journal_dir)
+    skip = set(exclude)
+    names = sorted((set(list_readers(path)) | set(_check_required(required))) - skip)
+    readers = tuple((n, read_offset_file(reader_offset_path(path, n))) for n in names)
+    if not readers:
+        return ReaderFloor(readers, None, "the journal has no readers, so no segment counts as read")
+    empty = [n for n, o in readers if o is None]
+    why = ""
+    if len(empty) == 1:
+        why = f"reader {empty[0]} has committed nothing, so no segment counts as read"
+    elif empty:
+        why = f"readers {', '.join(empty)} have committed nothing, so no segment counts as read"
+    return ReaderFloor(readers, min(first if o is None else o for _, o in readers), why)
+
+
 class RetentionResult(NamedTuple):
     """What `apply_retention` did."""
 
@@ -137,11 +170,14 @@ def plan_retention(
     max_messages: int | None = None,
     required_readers: Iterable[str] = (),
     now_ns: int | None = None,
+    age_of: Literal["newest message", "mtime"] = "newest message",
 ) -> RetentionPlan:
     """The segments of `journal_dir` that retention deletes now (reads only; see the module doc).
 
     `max_age` is in seconds, `now_ns` in nanoseconds since the epoch (default: now).
-    With no limit set nothing is deleted. A malformed offset file raises CorruptionError.
+    A segment's age is that of its newest message (its mtime when none has a timestamp),
+    or with `age_of="mtime"` that of its file (`sej old`). With no limit set nothing is
+    deleted. A malformed offset file raises CorruptionError.
     """
     path = _existing_journal(journal_dir)
     age = _check_age(max_age)
@@ -153,10 +189,11 @@ def plan_retention(
     elif not isinstance(now_ns, int) or isinstance(now_ns, bool):
         raise InvalidArgumentError(f"now_ns must be int nanoseconds since the epoch, got {now_ns!r}")
 
-    readers = _read_readers(path, required)
-    floor, blocked = _floor(readers)
+    if age_of not in ("newest message", "mtime"):
+        raise InvalidArgumentError(f"age_of must be 'newest message' or 'mtime', got {age_of!r}")
     segs = list_segments(path)
-    sizes = [os.stat(s.path).st_size for s in segs]
+    readers, floor, blocked = reader_floor(path, segs[0].first_offset if segs else 0, required)
+    sizes = [os.lstat(s.path).st_size for s in segs]  # regular files (list_segments refuses others)
     total = sum(sizes)
     journal_end = _segment_end(path, segs[-1]) if segs else 0
     ends = [s.first_offset for s in segs[1:]] + [journal_end]
@@ -171,7 +208,7 @@ def plan_retention(
             kept = f"{_name(seg)} is the last segment (the writer's)"
             break
         end = ends[i]
-        if floor is None:
+        if floor is None or blocked:
             kept = blocked
             break
         if end > floor:
@@ -182,7 +219,7 @@ def plan_retention(
         newest: int | None = None
         source: str | None = None
         if cutoff is not None and age is not None:
-            newest, source = _newest(path, seg, end)
+            newest, source = _newest(path, seg, end) if age_of != "mtime" else _mtime(seg)
             if newest < cutoff:
                 what = "newest message" if source == "timestamp" else "file mtime (no timestamps)"
                 reasons.append(f"{what} {_duration((now_ns - newest) / NS)} old > max age {_duration(age)}")
@@ -205,7 +242,7 @@ def plan_retention(
         max_messages=count_limit,
         required_readers=required,
         readers=readers,
-        floor=floor,
+        floor=None if blocked else floor,
         first_offset=segs[0].first_offset if segs else 0,
         segments=len(segs),
         bytes=total,
@@ -216,17 +253,19 @@ def plan_retention(
     )
 
 
-def apply_retention(plan: RetentionPlan) -> RetentionResult:
+def apply_retention(plan: RetentionPlan, on_delete: Callable[[Deletion], None] | None = None) -> RetentionResult:
     """Delete what `plan` names, oldest first, after checking the readers and segments again.
 
     A planned segment that is no longer the oldest, is now the last, or that some
     reader has not passed any more (a reset, a new required reader) is kept, with
     every segment after it. A malformed offset file raises before anything is deleted.
+    `on_delete` is called after each deletion (progress).
     """
     path = plan.journal
-    readers = _read_readers(path, plan.required_readers)
-    floor, blocked = _floor(readers)
     segs = list_segments(path)
+    _readers, floor, blocked = reader_floor(path, segs[0].first_offset if segs else 0, plan.required_readers)
+    if blocked:
+        floor = None
     deleted: list[Deletion] = []
     why: str | None = None
     for i, d in enumerate(plan.deletions):
@@ -243,6 +282,8 @@ def apply_retention(plan: RetentionPlan) -> RetentionResult:
         except FileNotFoundError:
             pass
         deleted.append(d)
+        if on_delete is not None:
+            on_delete(d)
     removed: list[str] = []
     if why is None:
         first_kept = segs[len(deleted)].first_offset if len(deleted) < len(segs) else None
@@ -289,24 +330,6 @@ def _check_required(names: object) -> tuple[str, ...]:
     return tuple(dict.fromkeys(check_reader_name(n) for n in names))
 
 
-def _read_readers(path: str, required: tuple[str, ...]) -> tuple[tuple[str, int | None], ...]:
-    """Every reader in ofs/ and every required one, with its committed offset (CorruptionError if malformed)."""
-    names = sorted(set(list_readers(path)) | set(required))
-    return tuple((n, read_offset_file(reader_offset_path(path, n))) for n in names)
-
-
-def _floor(readers: tuple[tuple[str, int | None], ...]) -> tuple[int | None, str]:
-    """The smallest committed offset, or None and why nothing counts as passed."""
-    if not readers:
-        return None, "the journal has no readers, so no segment counts as read"
-    empty = [n for n, o in readers if o is None]
-    if len(empty) == 1:
-        return None, f"reader {empty[0]} has committed nothing, so no segment counts as read"
-    if empty:
-        return None, f"readers {', '.join(empty)} have committed nothing, so no segment counts as read"
-    return min(o for _, o in readers if o is not None), ""
-
-
 def _segment_end(path: str, seg: Segment) -> int:
     """One past the last whole message of `seg` (a torn tail of the live segment is not counted)."""
     return tail(index_path(path, seg.first_offset), seg)[0].next_offset
@@ -326,6 +349,10 @@ def _newest(path: str, seg: Segment, end: int) -> tuple[int, str]:
     return os.stat(seg.path).st_mtime_ns, "mtime"
 
 
+def _mtime(seg: Segment) -> tuple[int, str]:
+    return os.stat(seg.path).st_mtime_ns, "mtime"
+
+
 def _orphan_indexes(path: str, first_kept: int | None) -> list[str]:
     """idx/ files of segments below `first_kept` (left by a crash between the two removals)."""
     if first_kept is None:
@@ -336,8 +363,8 @@ def _orphan_indexes(path: str, first_kept: int | None) -> list[str]:
         return []
     found = []
     for name in names:
-        m = _INDEX_RE.match(name)
-        if m and int(m.group(1), 16) < first_kept:
+        first = parse_index_name(name)
+        if first is not None and first < first_kept:
             found.append(os.path.join(index_dir(path), name))
     return sorted(found)
 
@@ -363,9 +390,11 @@ __all__ = [
     "LOCK_NAME",
     "Deletion",
     "RetentionPlan",
+    "ReaderFloor",
     "RetentionResult",
     "apply_retention",
     "lock_retention",
     "plan_retention",
+    "reader_floor",
     "retention_lock_path",
 ]

@@ -10,10 +10,12 @@ from operator import length_hint
 from typing import Literal
 
 from .errors import ClosedError, CorruptionError, InvalidArgumentError, OffsetOutOfRangeError, TruncatedError
+from .frames import MAX_OFFSET, Message
+from .fsutil import open_file
 from .journal import next_offset, offset_at_time
 from .layout import Segment, find_segment, index_path, journal_path, list_segments, segment_dir, segment_path
-from .message import MAX_OFFSET, Message
 from .segment import read_messages, seek_entry
+from .timestamps import to_ns
 from .watch import Subscription, Wakeup
 
 _EMPTY: list[Message] = []
@@ -27,7 +29,7 @@ class _Open:
     def __init__(self, seg: Segment) -> None:
         self.first = seg.first_offset
         self.path = seg.path
-        self.file = open(seg.path, "rb")
+        self.file = open_file(seg.path)
         self.fd = self.file.fileno()
         self.ino = os.fstat(self.fd).st_ino
         self.pos = 0  # file position of the next frame
@@ -288,15 +290,3 @@ def _check_timeout(timeout: object) -> float | None:
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
         raise InvalidArgumentError(f"timeout must be seconds >= 0 or None, got {timeout!r}")
     return float(timeout)
-
-
-def to_ns(ts: object) -> int:
-    """Nanoseconds since the Unix epoch from an int (ns) or a timezone-aware datetime."""
-    if isinstance(ts, _dt.datetime):
-        if ts.tzinfo is None:
-            raise InvalidArgumentError(f"datetime must be timezone-aware, got {ts!r}")
-        delta = ts - _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
-        return (delta.days * 86400 + delta.seconds) * 10**9 + delta.microseconds * 1000
-    if isinstance(ts, int) and not isinstance(ts, bool):
-        return ts
-    raise InvalidArgumentError(f"time must be int nanoseconds or an aware datetime, got {ts!r}")

@@ -11,22 +11,47 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from . import index as idx
-from .index import Entry, SparseIndex
-from .layout import Segment
-from .message import (
-    CHECK_FORMAT,
+from .frames import (
     HEADER,
+    HEADER_SIZE,
     I32,
+    MAX_KEY,
     NO_TIMESTAMP,
     OVERHEAD,
     Message,
     Problem,
     check_frame,
     decode_batch,
-    sized_struct,
+    frame_total,
+    walk_frames,
 )
+from .fsutil import open_file
+from .index import Entry, SparseIndex
+from .layout import Segment
 
 CHUNK = 1 << 20
+
+MAX_READ = 0x7FFFF000
+"""The most Linux returns from one read or pread; larger reads come back short."""
+
+
+def pread_full(fd: int, n: int, pos: int) -> bytes:
+    """Up to `n` bytes at `pos`: fewer only at the end of the file (one pread may return less)."""
+    if n <= MAX_READ:
+        data = os.pread(fd, n, pos)
+        if len(data) == n or not data:
+            return data
+        parts = [data]
+        got = len(data)
+    else:
+        parts, got = [], 0
+    while got < n:
+        part = os.pread(fd, min(n - got, MAX_READ), pos + got)
+        if not part:
+            break
+        parts.append(part)
+        got += len(part)
+    return b"".join(parts)
 
 
 class Walk(NamedTuple):
@@ -37,80 +62,15 @@ class Walk(NamedTuple):
     max_ts: int  # largest timestamp of the frames before `end`
     problem: Problem | None  # why it stopped before `size`; None at a clean end
     size: int  # the file size the walk went to
+    resume: Resume | None = None  # whole frames after a damaged one, to the end of the file
 
 
-class Frames(NamedTuple):
-    """How far whole, valid frames reach in a buffer (see walk_frames)."""
+class Resume(NamedTuple):
+    """Whole, valid frames that follow a damaged frame and reach the end of the file (see chain_back)."""
 
-    used: int  # bytes of whole, valid frames from the start position
-    next_offset: int
-    max_ts: int
-    next_entry: int  # segment position at or after which the next index entry is due
-    problem: Problem | None  # what stopped the walk before the end of the buffer
-
-
-def walk_frames(
-    data: bytes | bytearray | memoryview,
-    p: int,
-    n: int,
-    base: int,
-    offset: int,
-    max_ts: int,
-    next_entry: int,
-    index: SparseIndex | None,
-) -> Frames:
-    """Validate the frames of data[p:n], which sit at segment position `base + p` (pure: no I/O).
-
-    Each frame must carry the next offset, sane sizes and a matching trailing size.
-    Index entries (position >= next_entry) are added to `index` on the way.
-    """
-    unpack_head = HEADER.unpack_from
-    unpack_i32 = I32.unpack_from
-    start = p
-    # Frames with the same sizes as the one before are checked by one cached struct call that
-    # skips the key and value bytes (`same`); any other frame takes the general path.
-    same = None
-    same_ks = same_vs = same_total = -1
-    last_sizes = -1
-    while n - p >= OVERHEAD:
-        if same is not None:
-            if n - p >= same_total:
-                off, ts, ks, vs, size = same(data, p)
-                if off == offset and ks == same_ks and vs == same_vs and size == same_total:
-                    if ts > max_ts:
-                        max_ts = ts
-                    if base + p >= next_entry:
-                        index.add(offset, base + p, max_ts)  # type: ignore[union-attr]
-                        next_entry = base + p + idx.INTERVAL
-                    offset += 1
-                    p += same_total
-                    continue
-            same = None
-        off, ts, _typ, ks = unpack_head(data, p)
-        if off != offset or ks < 0:
-            break
-        vpos = p + 18 + ks
-        if vpos + 4 > n:
-            break
-        (vs,) = unpack_i32(data, vpos)
-        nxt = vpos + 8 + vs
-        if vs < 0 or nxt > n or unpack_i32(data, nxt - 4)[0] != nxt - p:
-            break
-        if ts > max_ts:
-            max_ts = ts
-        if base + p >= next_entry:
-            index.add(offset, base + p, max_ts)  # type: ignore[union-attr]
-            next_entry = base + p + idx.INTERVAL
-        offset += 1
-        p = nxt
-        sizes = ks << 32 | vs
-        if sizes == last_sizes:
-            same = sized_struct(CHECK_FORMAT, ks, vs).unpack_from
-            same_ks, same_vs, same_total = ks, vs, OVERHEAD + ks + vs
-        last_sizes = sizes
-    problem = None if p == n else check_frame(data, p, n, offset)
-    assert not isinstance(problem, int), "walk_frames stopped at a valid frame"
-    return Frames(p - start, offset, max_ts, next_entry, problem)
+    position: int  # where the frame after the damaged one starts
+    next_offset: int  # one past the last frame's offset
+    max_ts: int  # largest timestamp of these frames
 
 
 def next_entry_after(index: SparseIndex | None) -> int:
@@ -129,26 +89,58 @@ def walk(
     """Validate frames from `start` to `size`; add index entries to `index` on the way."""
     pos, offset, max_ts = start.position, start.offset, start.max_ts
     next_entry = next_entry_after(index)
-    want = CHUNK
     while pos < size:
-        data = os.pread(fd, min(want, size - pos), pos)
+        ask = min(CHUNK, size - pos)
+        data = pread_full(fd, ask, pos)
         n = len(data)
-        if n == 0:  # the file shrank under us
-            size = pos
-            break
+        if n < ask:  # the file shrank under us
+            size = pos + n
+            if n == 0:
+                break
         f = walk_frames(data, 0, n, pos, offset, max_ts, next_entry, index)
         pos += f.used
         offset, max_ts, next_entry = f.next_offset, f.max_ts, f.next_entry
         if f.problem is None:
-            want = CHUNK
             continue
         if f.problem.incomplete and pos + (n - f.used) < size:
-            # The frame continues past this chunk: read again from its start, big enough for it.
-            total = _frame_total(data, f.used, n)
-            want = max(CHUNK, total or 0)
-            continue
-        return Walk(pos, offset, max_ts, f.problem._replace(position=pos), size)
+            # The frame continues past this chunk. Its header is here (a chunk holds any header):
+            # check it by its trailing size field instead of reading it whole, however big it is.
+            total = frame_total(data, f.used, n)
+            assert total is not None, "a whole chunk holds any frame header"
+            if pos + total <= size:
+                trailer = os.pread(fd, 4, pos + total - 4)
+                if len(trailer) == 4 and I32.unpack(trailer)[0] == total:
+                    ts = HEADER.unpack_from(data, f.used)[1]
+                    if ts > max_ts:
+                        max_ts = ts
+                    if pos >= next_entry and index is not None:
+                        index.add(offset, pos, max_ts)
+                        next_entry = pos + idx.INTERVAL
+                    offset += 1
+                    pos += total
+                    continue
+                if len(trailer) == 4:
+                    problem = Problem(pos, f"size field disagrees: says {I32.unpack(trailer)[0]}, "
+                                      f"frame is {total} bytes", False)  # fmt: skip
+                    return _stopped(fd, pos, offset, max_ts, problem, size)
+                size = pos + total - 4 + len(trailer)  # the file shrank under us
+            problem = Problem(pos, f"incomplete frame: {size - pos} of {total} bytes", True)
+            return _stopped(fd, pos, offset, max_ts, problem, size)
+        return _stopped(fd, pos, offset, max_ts, f.problem._replace(position=pos), size)
     return Walk(pos, offset, max_ts, None, size)
+
+
+def _stopped(fd: int, pos: int, offset: int, max_ts: int, problem: Problem, size: int) -> Walk:
+    """The walk that stopped at `pos` for `problem`; damage, not a torn tail, when whole frames follow it."""
+    resume = chain_back(lambda p, n: pread_full(fd, n, p), pos, size, offset)
+    if resume is not None:
+        problem = _as_damage(problem, offset, resume)
+    return Walk(pos, offset, max_ts, problem, size, resume)
+
+
+def _as_damage(problem: Problem, offset: int, resume: Resume) -> Problem:
+    return Problem(problem.position, f"{problem.reason}, but whole frames for offsets {offset + 1}.."
+                   f"{resume.next_offset - 1} follow it (a damaged frame, not a torn tail)", False)  # fmt: skip
 
 
 def read_messages(
@@ -161,62 +153,127 @@ def read_messages(
     """
     want = min(CHUNK, size - pos)
     while True:
-        data = os.pread(fd, want, pos)
+        data = pread_full(fd, want, pos)
         msgs, used, problem = decode_batch(data, 0, len(data), offset, limit)
         if problem is not None:
             cut_by_chunk = problem.incomplete and len(data) == want and pos + want < size
             if cut_by_chunk and msgs:
                 problem = None
             elif cut_by_chunk:
-                total = _frame_total(data, 0, len(data))
-                want = min(max(total or 0, want * 2), size - pos)
-                continue
-            else:
+                total = frame_total(data, 0, len(data))
+                grown = min(max(total or 0, want * 2), size - pos)
+                if grown > want:
+                    want = grown
+                    continue
+            if problem is not None:
                 problem = problem._replace(position=pos + problem.position)
+                if problem.incomplete and not msgs:
+                    problem = _damaged(fd, problem, offset, size)
         return msgs, used, problem
 
 
-def _frame_total(data: bytes, p: int, n: int) -> int | None:
-    """The full size of the frame starting at data[p], if its header is there."""
-    if n - p < 18:
+def _damaged(fd: int, problem: Problem, offset: int, size: int) -> Problem:
+    """`problem` (an incomplete frame at its position), unless whole frames follow it: then damage."""
+    resume = chain_back(lambda p, n: pread_full(fd, n, p), problem.position, size, offset)
+    return problem if resume is None else _as_damage(problem, offset, resume)
+
+
+def chain_back(read: Callable[[int, int], bytes], lo: int, size: int, offset: int) -> Resume | None:
+    """Whether whole frames, offsets `offset + 1` on, end exactly at `size` and start after `lo`.
+
+    Walks backward from `size` by the trailing size fields. A frame stuck at `lo` with
+    offset `offset` (a size pointing past the end, a bad field) that such a chain follows
+    was damaged in place: it is not a tail still being written. `read(pos, n)` reads the file.
+    """
+    end, expect, last, max_ts = size, None, 0, NO_TIMESTAMP
+    buf, buf_at = b"", size  # bytes [buf_at, buf_at + len(buf)) of the file, read backward in chunks
+    while end - lo > OVERHEAD:  # each step moves `end` back by at least OVERHEAD bytes
+        if end - 4 < buf_at:
+            buf_at = max(lo, end - CHUNK)
+            buf = read(buf_at, end - buf_at)
+            if len(buf) != end - buf_at:
+                return None
+        (total,) = I32.unpack_from(buf, end - 4 - buf_at)
+        start = end - total
+        if total < OVERHEAD or start <= lo:
+            return None
+        if start < buf_at:  # a frame bigger than the buffer: read its header alone
+            head = read(start, HEADER_SIZE + MAX_KEY + 4)
+            at = 0
+        else:
+            head, at = buf, start - buf_at
+        if len(head) - at < HEADER_SIZE:
+            return None
+        off, ts, _typ, ks = HEADER.unpack_from(head, at)
+        if ks < 0 or len(head) - at < HEADER_SIZE + ks + 4 or (expect is not None and off != expect):
+            return None
+        if I32.unpack_from(head, at + HEADER_SIZE + ks)[0] != total - OVERHEAD - ks or off <= offset:
+            return None
+        if expect is None:
+            last = off
+        if ts > max_ts:
+            max_ts = ts
+        if off == offset + 1:
+            return Resume(start, last + 1, max_ts)
+        expect, end = off - 1, start
+    return None
+
+
+def frame_end(fd: int, size: int, entry: Entry) -> int | None:
+    """The end of the whole, valid frame with the entry's offset at the entry's position (None if there is none)."""
+    if entry.position + OVERHEAD > size:
         return None
-    ks = data[p + 17]
-    if ks > 127 or p + 18 + ks + 4 > n:
-        return None
-    vs: int = I32.unpack_from(data, p + 18 + ks)[0]
-    return OVERHEAD + ks + vs
+    head = pread_full(fd, min(CHUNK, size - entry.position), entry.position)
+    r = check_frame(head, 0, len(head), entry.offset)
+    if isinstance(r, int):
+        return entry.position + r
+    if r.incomplete and len(head) == CHUNK:  # a frame bigger than one chunk: check its trailing size
+        total = frame_total(head, 0, len(head))
+        if total is not None and entry.position + total <= size:
+            trailer = os.pread(fd, 4, entry.position + total - 4)
+            if len(trailer) == 4 and I32.unpack(trailer)[0] == total:
+                return entry.position + total
+    return None
 
 
 def entry_is_valid(fd: int, size: int, entry: Entry) -> bool:
     """Whether a whole, valid frame with the entry's offset starts at the entry's position."""
-    if entry.position + OVERHEAD > size:
+    return frame_end(fd, size, entry) is not None
+
+
+def entry_confirmed(fd: int, size: int, index: SparseIndex, i: int) -> bool:
+    """Whether entry `i` is what the writer wrote: checked against the segment, not just plausible.
+
+    A walk from the entry before it (or from the segment's start) must reach the entry's
+    frame exactly, and the entry's max_ts must be the running maximum of that walk. A
+    lone frame at the entry's position is not enough: it may be one stored inside a
+    value (a relay's journal), and a wrong max_ts would make a time seek skip messages.
+    """
+    entry = index[i]
+    end = frame_end(fd, size, entry)
+    if end is None:
         return False
-    head = os.pread(fd, min(CHUNK, size - entry.position), entry.position)
-    r = check_frame(head, 0, len(head), entry.offset)
-    if isinstance(r, int):
-        return True
-    if r.incomplete and len(head) == CHUNK:  # a frame bigger than one chunk: read it whole
-        total = _frame_total(head, 0, len(head))
-        if total is not None and entry.position + total <= size:
-            whole = os.pread(fd, total, entry.position)
-            return isinstance(check_frame(whole, 0, len(whole), entry.offset), int)
-    return False
+    anchor = index[i - 1] if i else Entry(index.first_offset, 0, NO_TIMESTAMP)
+    if anchor.position > entry.position or anchor.offset > entry.offset or (i and anchor == entry):
+        return False
+    w = walk(fd, anchor, end)
+    return w.problem is None and w.end == end and w.next_offset == entry.offset + 1 and w.max_ts == entry.max_ts
 
 
 def trusted_prefix(fd: int, size: int, index: SparseIndex) -> int:
     """Drop the index entries that do not match the segment; return how many were dropped.
 
-    The last entry is checked first (the usual case: all good). Otherwise a binary
-    search finds the last good entry, assuming, as the writer guarantees, that the
-    good entries form a prefix.
+    The last entry is confirmed first (the usual case: all good). Otherwise a binary
+    search finds the last confirmed entry, assuming, as the writer guarantees, that the
+    good entries form a prefix. Seeks confirm the entries they use again (seek_entry).
     """
     n = len(index)
-    if n == 0 or entry_is_valid(fd, size, index[n - 1]):
+    if n == 0 or entry_confirmed(fd, size, index, n - 1):
         return 0
     lo, hi = 0, n - 1  # entries [0, lo) known good; entry hi known bad
     while lo < hi:
         mid = (lo + hi) // 2
-        if entry_is_valid(fd, size, index[mid]):
+        if entry_confirmed(fd, size, index, mid):
             lo = mid + 1
         else:
             hi = mid
@@ -267,11 +324,9 @@ def seek_entry(
     index = seek_index(dir_index_path, seg, fd, size, is_last)
     for _ in range(2):
         i = pick(index)
-        if i < 0:
-            return Entry(seg.first_offset, 0, NO_TIMESTAMP)
-        entry = index[i]
-        if entry_is_valid(fd, size, entry):
-            return entry
+        # The chosen entry and the one after it (which bounds a time seek) must both hold.
+        if all(entry_confirmed(fd, size, index, k) for k in (i, i + 1) if 0 <= k < len(index)):
+            return index[i] if i >= 0 else Entry(seg.first_offset, 0, NO_TIMESTAMP)
         index = rebuild_index(dir_index_path, seg, fd, size, is_last)
     raise AssertionError(f"{seg.path}: a freshly built index entry does not match the segment")
 
@@ -282,7 +337,7 @@ def tail(dir_index_path: str, seg: Segment) -> tuple[Walk, SparseIndex, bool]:
     Returns the walk, the index completed on the way, and whether the index
     file on disk already held exactly that index.
     """
-    with open(seg.path, "rb") as f:
+    with open_file(seg.path) as f:
         return walk_tail(dir_index_path, seg, f.fileno())
 
 
@@ -302,6 +357,12 @@ __all__ = [
     "seek_index",
     "seek_entry",
     "entry_is_valid",
+    "entry_confirmed",
+    "frame_end",
+    "frame_total",
+    "pread_full",
+    "chain_back",
+    "Resume",
     "trusted_prefix",
     "open_index",
     "tail",

@@ -21,23 +21,23 @@ import struct
 import threading
 import time
 import warnings
-from collections.abc import Iterable, Sequence
+import weakref
+from collections.abc import Callable, Iterable, Sequence
 from typing import Literal
 
 from . import index as idx
-from .errors import ClosedError, CorruptionError, InvalidArgumentError
+from .appender import SegmentAppender
+from .commit import GroupCommit
+from .errors import ClosedError, CorruptionError, InvalidArgumentError, LockLostError
+from .frames import FRAME_FORMAT, HEADER, MAX_OFFSET, OVERHEAD, sized_struct
 from .layout import (
     index_dir,
-    index_path,
     journal_path,
-    list_segments,
     segment_dir,
-    segment_path,
     writer_lock_path,
 )
 from .lock import lock_file, unlock_file
-from .message import FRAME_FORMAT, HEADER, MAX_OFFSET, NO_TIMESTAMP, check_fields, sized_struct
-from .recovery import fsync_dir, recover_tail
+from .message import check_fields
 
 Durability = Literal["buffered", "flush", "sync"]
 DURABILITIES = ("buffered", "flush", "sync")
@@ -45,11 +45,11 @@ DURABILITIES = ("buffered", "flush", "sync")
 BUFFER_SLACK = 1 << 16
 """Buffer room beyond buffer_size, so that frames up to this size never bypass the buffer."""
 
-LEAD_ROUNDS = 8
-"""At most this many fsyncs in a row by one leading thread (bounds its own wait)."""
+LOCK_CHECK_INTERVAL = 0.1
+"""Seconds between checks, when writing, that the lock file is still the one this writer locked."""
 
 _time_ns = time.time_ns
-_fdatasync = getattr(os, "fdatasync", os.fsync)
+_monotonic = time.monotonic
 
 
 class Writer:
@@ -65,10 +65,7 @@ class Writer:
         "_buf",
         "_buffer_size",
         "_commit",
-        "_durable",
-        "_events",
         "_fd",
-        "_file",
         "_fill",
         "_index",
         "_index_next",
@@ -77,14 +74,15 @@ class Writer:
         "_last_vlen",
         "_lock",
         "_lock_fh",
+        "_lock_checked",
+        "_lock_id",
+        "_lost",
         "_mark",
         "_max_ts",
         "_next",
-        "_retired",
+        "_seg",
         "_size",
         "_sync_each",
-        "_syncing",
-        "_waiting",
         "_written",
         "dir",
         "durability",
@@ -115,14 +113,15 @@ class Writer:
         os.makedirs(segment_dir(self.dir), exist_ok=True)
         os.makedirs(index_dir(self.dir), exist_ok=True)
         self._lock_fh = lock_file(writer_lock_path(self.dir))
+        st = os.fstat(self._lock_fh.fileno())
+        self._lock_id = (st.st_dev, st.st_ino)
+        self._lock_checked = _monotonic()
+        self._lost: str | None = None  # why this writer must not write any more
         self._lock = threading.Lock()
-        self._commit = threading.Lock()  # guards the group commit state below
-        self._syncing = False  # a thread is leading fsyncs
-        self._waiting: list[tuple[int, threading.Event]] = []  # (ticket, wake-up) of waiting threads
-        self._events = threading.local()  # each thread's reusable wake-up Event
         self._written = 0  # bytes handed to the OS by this writer
-        self._durable = 0  # of those, bytes known to be fsynced
-        self._retired: list[object] = []  # finished segment files a running fsync may still use
+        # `_written` is read before `_fd`: bytes counted in it are in this file, or in one
+        # the writer fsynced when it rolled over.
+        self._commit = GroupCommit(_position_of(weakref.ref(self)))
         self._last_struct = sized_struct(FRAME_FORMAT, 0, 0)  # the frame struct of the last append, and its sizes
         self._last_klen = 0
         self._last_vlen = 0
@@ -141,25 +140,19 @@ class Writer:
     # -- opening and rolling -------------------------------------------------
 
     def _open_last(self, strict: bool, start_offset: int) -> None:
-        segments = list_segments(self.dir)
-        if not segments:
-            self._start_segment(start_offset)
-            return
-        seg = segments[-1]
-        tail = recover_tail(self.dir, seg, strict)
-        self.recovered = tail.cut
-        self._file = open(seg.path, "ab", buffering=0)
-        self._fd = self._file.fileno()
-        self._next = tail.walk.next_offset
-        self._size = tail.walk.end
-        self._max_ts = tail.walk.max_ts
-        # Like the Go writer, a last segment already at segment_size takes one more message
-        # before the roll: the files stay byte-identical with what Go would write.
-        self._set_index(seg.first_offset, tail.sparse_index, tail.index_on_disk)
+        seg = self._seg = SegmentAppender(self.dir, strict=strict, start_offset=start_offset)
+        self.recovered = seg.recovered
+        self._took_segment()
 
-    def _set_index(self, first: int, index: idx.SparseIndex, on_disk: bool) -> None:
-        self._index = idx.Appender(index_path(self.dir, first), index, on_disk)
-        self._index_next = index.tail().position + idx.INTERVAL if len(index) else 0
+    def _took_segment(self) -> None:
+        """Take up the appender's current segment: its end is where the next frame goes."""
+        seg = self._seg
+        self._fd = seg.fd
+        self._next = seg.next_offset
+        self._size = seg.size
+        self._max_ts = seg.max_ts
+        self._index = seg.index
+        self._index_next = seg.next_entry()
         self._set_mark()
 
     def _set_mark(self) -> None:
@@ -170,33 +163,15 @@ class Writer:
         """
         self._mark = min(self._index_next, self._size - self._fill + self._buffer_size, self.segment_size)
 
-    def _start_segment(self, first: int) -> None:
-        path = segment_path(self.dir, first)
-        self._file = open(path, "ab", buffering=0)
-        self._fd = self._file.fileno()
-        fsync_dir(segment_dir(self.dir))
-        self._next = first
-        self._size = os.fstat(self._fd).st_size  # 0 unless an empty segment was left by a crash
-        self._max_ts = NO_TIMESTAMP
-        self._set_index(first, idx.SparseIndex(first), False)
-
     def _roll(self) -> None:
         """Finish the current segment (flush, fsync) and start the next. Holds self._lock."""
+        self._check_lock()
         self._spill()
-        self._index.close()
-        os.fsync(self._fd)
-        with self._commit:
-            self._durable = self._written
-            self._retired.append(self._file)
-            if not self._syncing:
-                self._close_retired()
-            self._wake_covered()
-        self._start_segment(self._next)
-
-    def _close_retired(self) -> None:
-        for f in self._retired:
-            f.close()  # type: ignore[attr-defined]
-        self._retired.clear()
+        seg = self._seg
+        seg.sync()
+        previous = seg.start(self._next)
+        self._commit.left_file(self._written, previous)
+        self._took_segment()
 
     # -- appending -------------------------------------------------------------
 
@@ -222,7 +197,7 @@ class Writer:
                     st = self._last_struct
                 else:
                     st = self._struct_for(key, value, klen, vlen)
-                n = klen + vlen + 26
+                n = klen + vlen + OVERHEAD
                 st.pack_into(buf, fill, off, timestamp, type, klen, key, vlen, value, n)
             except (struct.error, TypeError, OverflowError) as e:
                 n = self._place_frame(off, timestamp, type, key, value, e)  # full buffer, or bad input
@@ -266,7 +241,7 @@ class Writer:
             st = self._struct_for(key, value, klen, vlen)
         except (struct.error, TypeError, OverflowError):
             raise _bad_input(off, ts, typ, key, value, exc) from None
-        n = klen + vlen + 26
+        n = klen + vlen + OVERHEAD
         buf = self._buf
         assert buf is not None
         if self._fill + n <= len(buf):  # it fitted: the fields themselves are bad
@@ -371,7 +346,7 @@ class Writer:
                 if sizes != cached:
                     st = sized_struct(FRAME_FORMAT, klen, vlen)
                     cached = sizes
-                size = klen + vlen + 26
+                size = klen + vlen + OVERHEAD
                 add(st.pack(off, ts, typ, klen, key, vlen, value, size))  # type: ignore[union-attr]
                 if pos >= index_next:
                     index.add(off, pos, max_ts)
@@ -411,9 +386,30 @@ class Writer:
 
     # -- flushing and syncing --------------------------------------------------
 
+    def _check_lock(self) -> None:
+        """Raise LockLostError unless the lock path still names the file this writer locked.
+
+        A deleted or replaced `jnl.lck` (the Go writer deletes it on close) would let a
+        second writer lock a new file and write the same offsets. Holds self._lock.
+        """
+        self._lock_checked = _monotonic()
+        if self._lost is None:
+            path = writer_lock_path(self.dir)
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                self._lost = "was deleted"
+            else:
+                if (st.st_dev, st.st_ino) != self._lock_id:
+                    self._lost = "was replaced"
+        if self._lost is not None:
+            raise LockLostError(writer_lock_path(self.dir), self._lost)
+
     def _spill(self) -> None:
         """Write the buffer to the OS. Holds self._lock."""
         fill = self._fill
+        if self._lost is not None:
+            self._check_lock()  # raises: not even the index is written any more
         if fill:
             buf = self._buf
             assert buf is not None
@@ -430,86 +426,36 @@ class Writer:
 
     def _write(self, data: bytes | bytearray | memoryview) -> None:
         """Write all of `data` to the segment, counting what was written even on error."""
-        with memoryview(data) as view:
-            done = 0
-            try:
-                while done < len(view):
-                    done += os.write(self._fd, view[done:])
-            finally:
-                self._written += done
+        if self._lost is not None or _monotonic() - self._lock_checked >= LOCK_CHECK_INTERVAL:
+            self._check_lock()
+        seg = self._seg
+        before = seg.size
+        try:
+            seg.write(data)
+        finally:
+            self._written += seg.size - before
 
     def flush(self) -> None:
         """Hand every appended message to the OS: readers see it, a crash of this process keeps it."""
         with self._lock:
             if self._buf is None:
                 raise ClosedError(f"writer of {self.dir} is closed")
-            self._spill()
-            self._index.flush()
+            self._check_lock()
+            self._spill()  # the index after the data it points to
 
     def sync(self) -> None:
         """flush(), then fsync: every appended message survives a power loss."""
         with self._lock:
             if self._buf is None:
                 raise ClosedError(f"writer of {self.dir} is closed")
-            self._spill()
-            self._index.flush()
+            self._check_lock()
+            self._spill()  # the index after the data it points to
             ticket = self._written
         self._wait_durable(ticket)
 
     def _wait_durable(self, ticket: int) -> None:
-        """Return once the first `ticket` written bytes are fsynced (group commit).
-
-        The first thread to need an fsync leads: it fsyncs everything written so far
-        and wakes exactly the waiting threads that fsync covered. While threads wait
-        for bytes written during that fsync, it fsyncs again for them at once (up to
-        LEAD_ROUNDS times) rather than handing over to a thread that must wake first.
-        """
-        while True:
-            with self._commit:
-                if self._durable >= ticket:
-                    return
-                if not self._syncing:
-                    self._syncing = True
-                    break
-                event = getattr(self._events, "event", None)
-                if event is None:
-                    event = self._events.event = threading.Event()
-                event.clear()
-                self._waiting.append((ticket, event))
-            event.wait()  # covered, or asked to lead
-        try:
-            for _ in range(LEAD_ROUNDS):
-                # No writer lock: `_written` is read before `_fd`, so bytes counted in it
-                # are in this file or in one the writer fsynced when it rolled over.
-                target = self._written
-                fd = self._fd
-                _fdatasync(fd)
-                with self._commit:
-                    if target > self._durable:
-                        self._durable = target
-                    if not self._wake_covered():
-                        break
-        finally:
-            with self._commit:
-                self._syncing = False
-                if self._waiting:  # hand over to a thread still waiting
-                    self._waiting.pop(0)[1].set()
-        if self._retired:
-            with self._lock, self._commit:
-                if not self._syncing:
-                    self._close_retired()
-
-    def _wake_covered(self) -> bool:
-        """Wake the waiters whose bytes are durable; True if some still wait. Holds self._commit."""
-        durable = self._durable
-        still = []
-        for ticket, event in self._waiting:
-            if ticket <= durable:
-                event.set()
-            else:
-                still.append((ticket, event))
-        self._waiting = still
-        return bool(still)
+        """Return once the first `ticket` written bytes are fsynced (group commit, sej.commit)."""
+        self._commit.wait(ticket)
 
     # -- state -----------------------------------------------------------------
 
@@ -527,18 +473,29 @@ class Writer:
         with self._lock:
             if self._buf is None:
                 return
-            self._spill()
+            try:
+                self._spill()
+            except LockLostError:
+                self._release(flush_index=False)
+                raise
             self._index.flush()
             ticket = self._written
         self._wait_durable(ticket)
         with self._lock:
             if self._buf is None:
                 return
-            self._buf = None
-            with self._commit:
-                self._close_retired()
-            self._index.close()
-            self._file.close()
+            self._release(flush_index=True)
+
+    def _release(self, flush_index: bool) -> None:
+        """Close the files and release the lock. Holds self._lock."""
+        self._buf = None
+        self._commit.close()
+        try:
+            if flush_index:
+                self._seg.close()
+            elif self._seg.file is not None:
+                self._seg.file.close()
+        finally:
             unlock_file(self._lock_fh)
 
     def __enter__(self) -> Writer:
@@ -559,6 +516,18 @@ class Writer:
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"next_offset={self._next}"
         return f"Writer({self.dir!r}, {state}, durability={self.durability!r})"
+
+
+def _position_of(ref: weakref.ReferenceType[Writer]) -> Callable[[], tuple[int, int]]:
+    """The writer's (bytes written, segment descriptor) for its group commit, without a reference cycle
+    (an unclosed writer must be collected, and closed, as soon as it is dropped)."""
+
+    def position() -> tuple[int, int]:
+        w = ref()
+        assert w is not None, "a writer waits for its own fsyncs"
+        return w._written, w._fd
+
+    return position
 
 
 def _bad_input(off: int, ts: object, typ: object, key: object, value: object, exc: Exception) -> Exception:

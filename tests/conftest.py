@@ -13,8 +13,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from testing.timing import scaled
+
 if TYPE_CHECKING:
-    from .sshd import Sshd
+    from testing.sshd import Sshd
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -72,12 +74,13 @@ def keep_on_failure(request: pytest.FixtureRequest) -> Iterator[Callable[[str], 
         rep.sections.append(("failing state", f"kept in {dest}"))
 
 
-def run_python(code: str, *args: str, timeout: float = 60, **kw: object) -> subprocess.CompletedProcess[str]:
-    """Run `code` in a fresh interpreter with the repository importable."""
+def run_python(code: str, *args: str, timeout: float | None = None, **kw: object) -> subprocess.CompletedProcess[str]:
+    """Run `code` in a fresh interpreter with the repository importable (`timeout`: default scaled(60) s)."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
     return subprocess.run(
-        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout, env=env, **kw
-    )
+        [sys.executable, "-c", code, *args], capture_output=True, text=True,
+        timeout=scaled(60) if timeout is None else timeout, env=env, **kw,
+    )  # fmt: skip
 
 
 def popen_python(code: str, *args: str, **kw: object) -> subprocess.Popen[str]:
@@ -87,12 +90,12 @@ def popen_python(code: str, *args: str, **kw: object) -> subprocess.Popen[str]:
 
 @pytest.fixture(scope="session")
 def sshd() -> Iterator[Sshd]:
-    """A real OpenSSH sshd on 127.0.0.1 (tests/sshd.py), one per test session (per xdist worker).
+    """A real OpenSSH sshd on 127.0.0.1 (testing/sshd.py), one per test session (per xdist worker).
 
     Skipped where /usr/sbin/sshd cannot be used, unless the environment variable CI is set: then it fails,
     so that CI cannot silently skip the SSH tests (.ci/run installs openssh-server).
     """
-    from .sshd import Sshd, SshdError, sshd_available
+    from testing.sshd import Sshd, SshdError, sshd_available
 
     in_ci = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
     missing = sshd_available()
@@ -111,16 +114,16 @@ def sshd() -> Iterator[Sshd]:
 
 
 def run_with_stderr_on_a_terminal(
-    args: list[str], timeout: float = 60
+    args: list[str], timeout: float | None = None
 ) -> tuple[subprocess.CompletedProcess[bytes], bytes]:
-    """Run `python -m sej.cmd ARGS` with stderr on a pseudo-terminal; return the process and what it drew there."""
+    """Run `python -m sej.apps.cli ARGS` with stderr on a pseudo-terminal; return the process and what it drew there."""
     import pty
 
     master, slave = pty.openpty()
     env = dict(os.environ, PYTHONPATH=str(REPO))
     try:
-        p = subprocess.run([sys.executable, "-m", "sej.cmd", *args], stdout=subprocess.PIPE, stderr=slave,
-                           env=env, timeout=timeout)  # fmt: skip
+        p = subprocess.run([sys.executable, "-m", "sej.apps.cli", *args], stdout=subprocess.PIPE, stderr=slave,
+                           env=env, timeout=scaled(60) if timeout is None else timeout)  # fmt: skip
         os.close(slave)
         chunks = []
         for _ in range(100_000):
@@ -139,8 +142,50 @@ def run_with_stderr_on_a_terminal(
 IN_CI = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
 
+STREAMING_SOURCE_RUNNER = "pyspark.sql.streaming.python_streaming_source_runner"
+
+
+def spark_python(directory: Path) -> str:
+    """An executable for PYSPARK_PYTHON: this interpreter, with tests/spark_worker.py for streaming sources.
+
+    The streaming source's worker must connect back to Spark within a fixed 10 s (see tests/spark_worker.py);
+    every other worker (the daemons, the batch planners, the tasks) is started exactly as by the interpreter.
+    """
+    import shlex
+
+    python, helper = shlex.quote(sys.executable), shlex.quote(str(REPO / "tests" / "spark_worker.py"))
+    path = directory / "python"
+    path.write_text(
+        "#!/bin/sh\n"
+        "# PYSPARK_PYTHON for the tests (tests/conftest.py, tests/spark_worker.py)\n"
+        f'if [ "$1" = "-m" ] && [ "$2" = "{STREAMING_SOURCE_RUNNER}" ]; then\n'
+        f'    exec {python} {helper} "$@"\n'
+        "fi\n"
+        f'exec {python} "$@"\n'
+    )
+    path.chmod(0o755)
+    return str(path)
+
+
+def spark_timeouts() -> dict[str, str]:
+    """Spark's own timeouts that a loaded machine can exceed, made generous (scaled like the tests' deadlines).
+
+    Spark's waits are event-driven too, so a long timeout costs nothing when things work. The Python worker's
+    connection back to the JVM: spark.python.authenticate.socketTimeout (default 15 s; it is also the worker's
+    connect timeout, SPARK_AUTH_SOCKET_TIMEOUT). The streaming source's worker has a fixed 10 s besides, which
+    no setting changes: see spark_python(). The driver and its local executor: spark.network.timeout (default
+    120 s; the RPC ask and lookup timeouts and the heartbeat expiry follow it) and the broadcast timeout.
+    """
+    seconds = {
+        "spark.python.authenticate.socketTimeout": scaled(15),
+        "spark.network.timeout": scaled(120),
+        "spark.sql.broadcastTimeout": scaled(300),
+    }
+    return {k: f"{int(v)}s" for k, v in seconds.items()}
+
+
 @pytest.fixture(scope="session")
-def spark() -> Iterator[object]:
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """A real local Spark (local[2]) with the `sej` format, one per test session (per xdist worker).
 
     Fails rather than skips under CI when PySpark or Java is missing.
@@ -156,12 +201,12 @@ def spark() -> Iterator[object]:
         if IN_CI:
             pytest.fail("CI is set but Java is missing", pytrace=False)
         pytest.skip("Java is not installed")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_PYTHON"] = spark_python(tmp_path_factory.mktemp("spark-python"))
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     from sej.spark import spark_session
 
-    conf = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"}
+    conf = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2", **spark_timeouts()}
     session = spark_session("sej-tests", "local[2]", **conf)
     yield session
     session.stop()

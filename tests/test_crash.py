@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 import sej
+from testing.timing import scaled
 
 try:
     from tests.conftest import popen_python, soak_rounds
@@ -77,10 +78,11 @@ def exp(off: int) -> tuple[int, int, int, bytes, bytes]:
 CHILD = (
     CONTENT_SRC
     + r'''
-import random, sys, time
+import os, random, sys, time
 import sej
 
 dir, mode, seg, seed, bufsize = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+safety = float(sys.argv[6])
 rng = random.Random(seed)
 durability = mode if mode in ("sync", "flush") else "buffered"
 use_many = rng.random() < 0.5
@@ -112,9 +114,11 @@ def step():
         one()
 
 
-deadline = time.monotonic() + 20  # the parent kills us long before
+# Appends until the parent kills it; only if the parent is gone, or after a safety deadline far beyond
+# anything the parent waits for, does it stop by itself.
+parent, deadline = os.getppid(), time.monotonic() + safety
 for _ in range(1_000_000):
-    if time.monotonic() > deadline:
+    if os.getppid() != parent or time.monotonic() > deadline:
         break
     if durability != "buffered":
         step()  # acknowledged when append returns
@@ -173,13 +177,14 @@ class Lines:
             return True
 
     def finish(self) -> list[str]:
-        self.thread.join(10)
+        self.thread.join(scaled(10))
         assert not self.thread.is_alive(), "child's stdout did not reach EOF after it died"
         return list(self.lines)
 
 
-def scan(dir: str, offset: int = 0, limit: float = 10.0) -> list[sej.Message]:
-    """Every message from `offset` (Scanner with timeout=0), failing instead of hanging."""
+def scan(dir: str, offset: int = 0, limit: float | None = None) -> list[sej.Message]:
+    """Every message from `offset` (Scanner with timeout=0), failing instead of hanging (after scaled(10) s)."""
+    limit = scaled(10) if limit is None else limit
     box: dict[str, object] = {}
 
     def run() -> None:
@@ -263,7 +268,7 @@ def test_sigkill_writer_at_random_moments(tmp_path: Path, slot: int, keep_on_fai
     soak = soak_rounds()
     rounds = soak or 20
     # CI: rounds stop early (still checked) rather than overrun; a soak is bounded by its count only.
-    budget = float("inf") if soak else time.monotonic() + 45
+    budget = float("inf") if soak else time.monotonic() + scaled(45)
     t_start = time.monotonic()
     n = 0  # messages verified so far
     seen_q: set[str] = set()
@@ -298,6 +303,7 @@ def test_sigkill_writer_at_random_moments(tmp_path: Path, slot: int, keep_on_fai
                 str(SEG),
                 str(rng.randrange(2**32)),
                 str(rng.choice([0, 512, 4096, 1 << 16])),
+                str(scaled(120)),
                 stdout=subprocess.PIPE,
                 stderr=err,
             )
@@ -308,15 +314,22 @@ def test_sigkill_writer_at_random_moments(tmp_path: Path, slot: int, keep_on_fai
                 stats["early"] += 1
                 time.sleep(rng.uniform(0, 0.3))
             else:
-                started = lines.wait_for(lambda ls: bool(ls), 20)
-                assert started, f"{ctx}: child printed nothing in 20 s; stderr: {errpath.read_text()[-2000:]}"
+                # While appending: after a random number of acknowledgements (counted, not timed, so that
+                # every round makes progress however slow the machine), then a random moment later.
+                acks_first = rng.randint(1, 40)
+                limit = scaled(20)
+                started = lines.wait_for(lambda ls, k=acks_first: len(ls) > k, limit)
+                assert started, (
+                    f"{ctx}: child printed {len(lines.lines)} lines, not {acks_first + 1}, in {limit:g} s "
+                    f"(exit {proc.poll()}); stderr: {errpath.read_text()[-2000:]}"
+                )
                 time.sleep(rng.uniform(0, 0.12))
             proc.send_signal(signal.SIGKILL)
-            proc.wait(10)
+            proc.wait(scaled(10))
         finally:
             if proc.poll() is None:
                 proc.kill()
-                proc.wait(10)
+                proc.wait(scaled(10))
         out = lines.finish()
         proc.stdout.close()  # type: ignore[union-attr]
         assert proc.returncode == -signal.SIGKILL, (
@@ -442,7 +455,7 @@ while w.next_offset < target:
     _, ts, typ, key, value = expected(off)
     assert w.append(value, key=key, type=typ, timestamp=ts) == off
 print(w.next_offset, len(sej.list_segments(dir)), flush=True)
-time.sleep(30)  # killed here, right after the rollover
+sys.stdin.read()  # killed here, right after the rollover (or the parent is gone: end of input)
 """
 )
 
@@ -452,16 +465,19 @@ def test_sigkill_right_after_a_rollover(tmp_path: Path) -> None:
     d = str(tmp_path / "journal")
     target = 97 * 3 + 13 + 1  # message 301 is BIG (> segment_size), so appending it rolls
     assert len(exp(target - 1)[4]) == BIG
-    proc = popen_python(ROLL_CHILD, d, str(target), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = popen_python(
+        ROLL_CHILD, d, str(target), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     try:
         lines = Lines(proc)
-        assert lines.wait_for(lambda ls: bool(ls), 20), "child printed nothing"
+        assert lines.wait_for(lambda ls: bool(ls), scaled(20)), "child printed nothing"
         proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
+        proc.wait(scaled(10))
     finally:
         if proc.poll() is None:
             proc.kill()
-            proc.wait(10)
+            proc.wait(scaled(10))
+        proc.stdin.close()  # type: ignore[union-attr]
     acked, nsegs = map(int, lines.finish()[0].split())
     proc.stdout.close()  # type: ignore[union-attr]
     proc.stderr.close()  # type: ignore[union-attr]

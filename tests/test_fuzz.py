@@ -48,7 +48,7 @@ from hypothesis.configuration import set_hypothesis_home_dir
 
 import sej
 import sej.index
-from sej.cmd.main import cli
+from sej.apps.cli.main import cli
 from sej.message import MAX_OFFSET, NO_TIMESTAMP, Message, check_frame, decode, decode_batch, encode
 
 from .fuzz_model import (
@@ -1116,7 +1116,8 @@ def apply_index_mutation(b: Built, mut: tuple) -> str:  # type: ignore[type-arg]
     elif kind == "header":
         h = mut[2]
         if h == "magic":
-            head[:1] = bytes([head[0] ^ 1]) if head else b"T"
+            if head:  # a file truncated to nothing has no magic to break
+                head[0] ^= 1
         elif h == "first+1":
             head[8:16] = struct.pack(">Q", (seg.first + 1) % 2**64)
         elif h == "first-1":

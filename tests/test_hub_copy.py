@@ -19,6 +19,7 @@ from sej.hub import CopyError, LocalSource, copy_all, copy_journal, destination_
 from sej.hub.names import check_journal_name, check_segment_name
 from sej.offset import read_offset_file
 from sej.shard import is_shard_name
+from testing.timing import scaled
 
 from .conftest import REPO, popen_python, run_python, run_with_stderr_on_a_terminal, soak_rounds
 
@@ -100,30 +101,59 @@ def test_a_message_bigger_than_one_read(tmp_path) -> None:
 
 
 PRODUCER = r"""
-import random, sys, time, sej
+import os, random, sys, time, sej
 root, n, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+pace = sys.argv[4] if len(sys.argv) > 4 else None  # a directory: see PacedProducer
+bursts = 8 if pace else 1
+parent, deadline = os.getppid(), time.monotonic() + (float(sys.argv[5]) if pace else 0)
 rng = random.Random(seed)
+started = 0
 with sej.ShardedWriter(root, "p", shard_bit=2, segment_size=2000, durability="flush") as w:
     for i in range(n):
+        burst = i * bursts // n
+        if burst > started:  # burst k starts after k copy passes
+            while not os.path.exists(os.path.join(pace, str(burst))):
+                if os.getppid() != parent or time.monotonic() > deadline:
+                    sys.exit("the test went away")
+                time.sleep(0.005)
+            started = burst
         w.append(b"v%d-" % i + rng.randbytes(rng.randrange(0, 80)), key=b"k%d" % rng.randrange(40))
         if i % 50 == 0:
             time.sleep(0.005)
 """
 
 
+class PacedProducer:
+    """PRODUCER in a child process, writing `n` messages in 8 bursts: burst k starts once `passed(k)` was called.
+
+    So copy passes overlap the writing however fast or slow the machine is: a test that copies while the
+    producer runs and calls passed() after each pass gets at least 7 passes before the producer is done.
+    """
+
+    def __init__(self, root: str, n: int, seed: int, pace: str) -> None:
+        os.makedirs(pace)
+        self.pace = pace
+        self.proc = popen_python(PRODUCER, root, str(n), str(seed), pace, str(scaled(600)))
+
+    def passed(self, k: int) -> None:
+        open(os.path.join(self.pace, str(k)), "w").close()
+
+
 def test_incremental_copies_while_the_producer_writes_and_rolls(tmp_path) -> None:
     src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
     os.makedirs(src)
-    producer = popen_python(PRODUCER, src, "4000", "1")
+    paced = PacedProducer(src, 4000, 1, str(tmp_path / "pace"))
+    producer = paced.proc
     passes = 0
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + scaled(60)
         while producer.poll() is None and time.monotonic() < deadline:
             out = copy_all(lambda: LocalSource(src), hub, "c1", "hub")
             assert all(o.error is None for o in out), [o.error for o in out]
             assert_prefix(src, hub)
             passes += 1
-        assert producer.wait(30) == 0
+            paced.passed(passes)
+        assert producer.wait(scaled(30)) == 0
     finally:
         producer.kill()
     copy_all(lambda: LocalSource(src), hub, "c1", "hub")
@@ -161,7 +191,7 @@ def start_producer(src: str, seed: int, n: int = 1_000_000) -> subprocess.Popen[
 
 def stop_producer(p: subprocess.Popen[str]) -> int:
     """Close its stdin; return how many messages it wrote (it must still have been writing)."""
-    out, _ = p.communicate(timeout=60)
+    out, _ = p.communicate(timeout=scaled(60))
     assert p.returncode == 0, p.returncode
     return int(out.split()[-1])
 
@@ -192,14 +222,14 @@ def test_copier_killed_at_random_moments_never_gaps_or_duplicates(tmp_path, keep
     producer = start_producer(src, seed)  # writes through every round, until stopped
     rounds = 0
     try:
-        deadline = float("inf") if soak else time.monotonic() + 45
+        deadline = float("inf") if soak else time.monotonic() + scaled(45)
         while rounds < (soak or 25) and time.monotonic() < deadline:
             copier = popen_python(COPIER, src, hub, str(rng.choice([97, 1000, 1 << 16])), stdout=subprocess.PIPE)
             assert copier.stdout is not None
             copier.stdout.readline()
             time.sleep(rng.uniform(0.0, 0.25))
             copier.send_signal(signal.SIGKILL)
-            assert copier.wait(10) == -signal.SIGKILL
+            assert copier.wait(scaled(10)) == -signal.SIGKILL
             rounds += 1
             assert_prefix(src, hub)
             for d in os.listdir(hub):  # the offset on the source never runs ahead of the hub's durable copy
@@ -342,23 +372,31 @@ def test_the_source_offset_is_committed_only_after_the_fsync_of_the_copy(tmp_pat
     )
     env = dict(os.environ, PYTHONPATH=str(REPO))
     subprocess.run(
-        ["strace", "-f", "-qq", "-o", str(log), "-e", "trace=openat,write,fsync,fdatasync,rename",
+        ["strace", "-f", "-qq", "-o", str(log), "-e", "trace=openat,write,fsync,fdatasync,rename,renameat,renameat2",
          sys.executable, "-c", code, src, hub],
-        check=True, env=env, capture_output=True, timeout=60,
+        check=True, env=env, capture_output=True, timeout=scaled(60),
     )  # fmt: skip
     paths: dict[int, str] = {}
     events: list[tuple[str, str]] = []
+
+    def at(dir_fd: str, name: str) -> str:  # a path relative to AT_FDCWD or to a directory descriptor
+        return name if dir_fd == "AT_FDCWD" or name.startswith("/") else f"{paths.get(int(dir_fd), '?')}/{name}"
+
     for line in log.read_text().splitlines():
         m = re.match(r"^\d+\s+(\w+)\((.*)\)\s+=\s+(-?\d+)", line)
         if not m:
             continue
         name, args, ret = m.group(1), m.group(2), int(m.group(3))
         if name == "openat":
-            o = re.match(r'AT_FDCWD, "([^"]*)"', args)
+            o = re.match(r'(AT_FDCWD|\d+), "([^"]*)"', args)
             if o and ret >= 0:
-                paths[ret] = o.group(1)
+                paths[ret] = at(o.group(1), o.group(2))
         elif name == "rename":
             events.append(("rename", args.split('", "')[1].rstrip('"')))
+        elif name in ("renameat", "renameat2"):  # the source's offset is written relative to its ofs/ descriptor
+            r = re.match(r'(AT_FDCWD|\d+), "[^"]*", (AT_FDCWD|\d+), "([^"]*)"', args)
+            assert r, line
+            events.append(("rename", at(r.group(2), r.group(3))))
         else:
             events.append((name, paths.get(int(args.split(",")[0]), "?")))
     copy_writes = [i for i, (n, p) in enumerate(events) if n == "write" and "/hub/c1.p.2.000/jnl/" in p]
@@ -382,14 +420,14 @@ def test_sej_copy_command_local(tmp_path) -> None:
     src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
     produce(src, 500)
     r = subprocess.run(
-        [sys.executable, "-m", "sej.cmd", "copy", src, hub, "--client-id", "h1", "--reader-name", "hub2"],
-        capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=60,
+        [sys.executable, "-m", "sej.apps.cli", "copy", src, hub, "--client-id", "h1", "--reader-name", "hub2"],
+        capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=scaled(60),
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert len(r.stdout.splitlines()) == 4 and "next offset" in r.stdout
     assert_identical(src, hub, client="h1")
     assert read_offset_file(os.path.join(src, "p.2.000", "ofs", "hub2.ofs")) is not None
-    bad = run_python("from sej.cmd.main import main; main()", "copy", src, hub, "--client-id", "a.b")
+    bad = run_python("from sej.apps.cli.main import main; main()", "copy", src, hub, "--client-id", "a.b")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and "client id" in bad.stderr
 
 
@@ -400,7 +438,130 @@ def test_sej_copy_shows_progress_on_a_terminal_and_is_quiet_when_piped(tmp_path)
     assert p.returncode == 0 and b"next offset" in p.stdout
     assert b"copying" in drawn
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    piped = subprocess.run([sys.executable, "-m", "sej.cmd", "copy", src, str(tmp_path / "hub2")],
-                           capture_output=True, text=True, env=env, timeout=60)  # fmt: skip
+    piped = subprocess.run([sys.executable, "-m", "sej.apps.cli", "copy", src, str(tmp_path / "hub2")],
+                           capture_output=True, text=True, env=env, timeout=scaled(60))  # fmt: skip
     assert piped.returncode == 0 and piped.stderr == ""
     assert_identical(src, hub, client="local")
+
+
+# -- a producer's tree is not trusted: no symlink is followed, no FIFO opened (issue 10, items 5 and 6) -------
+
+
+def sej_cmd(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run([sys.executable, "-m", "sej.apps.cli", *args], capture_output=True, text=True, env=env,
+                          timeout=timeout)  # fmt: skip
+
+
+def test_a_symlink_at_the_old_predictable_temp_name_is_not_followed(tmp_path) -> None:
+    """The hub's offset temp file was `ofs/hub.ofs.<hub pid>.tmp`: a producer that planted a symlink there
+    had the hub truncate the link's target to 8 bytes. The temp name is now random and created exclusively."""
+    src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
+    produce(src, 300)
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(b"the producer host's precious file\n" * 10)
+    before = victim.read_bytes()
+    for j in os.listdir(src):
+        os.makedirs(os.path.join(src, j, "ofs"))
+        os.symlink(victim, os.path.join(src, j, "ofs", f"hub.ofs.{os.getpid()}.tmp"))
+    out = copy_all(lambda: LocalSource(src), hub, "c1", "hub")
+    assert all(o.error is None for o in out), [o.error for o in out]
+    assert victim.read_bytes() == before, "the symlink's target was written through"
+    for o in out:
+        assert o.result is not None
+        ofs = os.path.join(src, o.journal, "ofs", "hub.ofs")
+        assert not os.path.islink(ofs) and read_offset_file(ofs) == o.result.next_offset
+    assert_identical(src, hub)
+
+
+def test_sej_copy_refuses_an_ofs_directory_symlinked_to_another_journals(tmp_path) -> None:
+    """With `ofs/` a symlink to another journal's `ofs/`, `sej copy` set THAT journal's hub offset, though the
+    hub had none of its data: retention there could then delete messages nobody copied."""
+    src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
+    produce(src, 300)
+    other = str(tmp_path / "other")
+    with sej.Writer(other, segment_size=500) as w:
+        w.append_many([b"not copied %d" % i for i in range(100)])
+    os.makedirs(os.path.join(other, "ofs"))
+    os.symlink(os.path.join(other, "ofs"), os.path.join(src, "p.2.001", "ofs"))
+    r = sej_cmd("copy", src, hub, "--client-id", "c1")
+    assert r.returncode == 1, r.stderr
+    assert "Traceback" not in r.stderr
+    assert f"{os.path.join(src, 'p.2.001', 'ofs')} is a symlink, not a directory" in r.stderr
+    assert not os.path.lexists(os.path.join(other, "ofs", "hub.ofs")), "the other journal's offset was set"
+    assert sej.list_readers(other) == []
+    for j in ("p.2.000", "p.2.002", "p.2.003"):  # the other journals are copied and committed as usual
+        assert read_offset_file(os.path.join(src, j, "ofs", "hub.ofs")) == sej.next_offset(os.path.join(src, j))
+
+
+@pytest.mark.parametrize("target", ["other-journal", "/etc/passwd"])
+def test_a_symlinked_segment_is_refused_and_its_target_never_read(tmp_path, target: str) -> None:
+    """`DirEntry.is_file()` follows symlinks: a segment linked to another journal's segment was copied into
+    the hub; one linked to /etc/passwd failed with an error quoting its first 8 bytes as a number."""
+    src, hub = tmp_path / "src", str(tmp_path / "hub")
+    solo = src / "solo"
+    with sej.Writer(str(solo), segment_size=400) as w:
+        w.append_many([b"mine %d" % i for i in range(30)])
+    if target == "other-journal":
+        other = tmp_path / "other"
+        with sej.Writer(str(other), segment_size=100_000) as w:
+            w.append_many([b"someone else's %d" % i for i in range(30)])
+        target = str(other / "jnl" / "0000000000000000.jnl")
+    first = solo / "jnl" / "0000000000000000.jnl"
+    first.unlink()
+    os.symlink(target, first)
+    error: Exception | None = None
+    try:
+        copy_journal(LocalSource(str(src)), "solo", hub, "c1", "hub")
+    except Exception as e:
+        error = e
+    copied = os.path.join(hub, "c1.solo", "jnl")
+    assert not os.path.isdir(copied) or all(os.path.getsize(os.path.join(copied, f)) == 0 for f in os.listdir(copied))
+    assert read_offset_file(str(solo / "ofs" / "hub.ofs")) is None
+    assert str(error) == f"{first} is a symlink, not a regular file: refusing to open it"  # no contents
+    assert isinstance(error, sej.UnsafeFileError)
+
+
+def test_symlinked_journal_directories_and_jnl_directories_are_not_journals(tmp_path) -> None:
+    src, hub = tmp_path / "src", str(tmp_path / "hub")
+    produce(str(src), 200)
+    other = tmp_path / "elsewhere"
+    with sej.Writer(str(other), segment_size=500) as w:
+        w.append_many([b"x%d" % i for i in range(20)])
+    os.symlink(other, src / "q.1.000")  # a journal name, but a symlink to a journal elsewhere
+    os.makedirs(src / "r.1.001")
+    os.symlink(other / "jnl", src / "r.1.001" / "jnl")  # a real directory whose jnl/ is a symlink
+    out = copy_all(lambda: LocalSource(str(src)), hub, "c1", "hub")
+    assert sorted(o.journal for o in out) == [f"p.2.00{i}" for i in range(4)]
+    assert all(o.error is None for o in out)
+    assert sorted(os.listdir(hub)) == [f"c1.p.2.00{i}" for i in range(4)]
+    assert not os.path.exists(other / "ofs")
+    # A single journal whose jnl/ is a symlink is refused when it is read.
+    with pytest.raises(sej.UnsafeFileError, match=r"r\.1\.001/jnl is a symlink, not a directory"):
+        copy_journal(LocalSource(str(src / "r.1.001")), "r.1.001", hub, "c1", "hub")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink"])
+def test_sej_copy_refuses_a_fifo_or_symlink_at_the_hub_offset_instead_of_hanging(tmp_path, kind: str) -> None:
+    """A FIFO at `ofs/hub.ofs` blocked `sej copy` forever in open() (on a pass with nothing new to copy,
+    when the hub reads its offset back). Now nothing but a regular file is opened, and nothing is replaced."""
+    src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
+    produce(src, 300)
+    first = sej_cmd("copy", src, hub)
+    assert first.returncode == 0, first.stderr
+    bad = os.path.join(src, "p.2.002", "ofs", "hub.ofs")
+    os.remove(bad)
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"\0" * 8)
+    os.mkfifo(bad) if kind == "fifo" else os.symlink(victim, bad)
+    r = sej_cmd("copy", src, hub, timeout=60)  # hung forever before
+    assert r.returncode == 1, r.stderr
+    assert "Traceback" not in r.stderr
+    what = "FIFO" if kind == "fifo" else "symlink"
+    assert f"p.2.002: error: {bad} is a {what}, not a regular file" in r.stderr
+    assert os.path.lexists(bad) and (os.path.islink(bad) if kind == "symlink" else not os.path.islink(bad))
+    assert victim.read_bytes() == b"\0" * 8
+    produce(src, 100, seed=3)  # new data: the copy goes on, but the hub still does not replace the FIFO
+    r = sej_cmd("copy", src, hub, timeout=60)
+    assert r.returncode == 1 and f"{bad} is a {what}" in r.stderr, r.stderr
+    assert_prefix(src, hub, client="local")

@@ -2,7 +2,7 @@
 
 Sources are real sharded roots written with the library; the console script and the cron
 script run as real subprocesses; the SSH tests talk to a real OpenSSH sshd on 127.0.0.1
-(tests/sshd.py). Every wait is bounded by a deadline.
+(testing/sshd.py). Every wait is for an event, bounded by a deadline scaled for loaded machines (testing/timing.py).
 """
 
 from __future__ import annotations
@@ -28,12 +28,13 @@ from sej.hub.daemon import ClientReport, Hub, backoff_delay, lock_hub, lock_path
 from sej.hub.ssh import HostKeyError
 from sej.lock import lock_file, unlock_file
 from sej.offset import read_offset_file
+from testing.timing import scaled
 
 if TYPE_CHECKING:
-    from .sshd import Sshd
+    from testing.sshd import Sshd
 
 REPO = Path(__file__).resolve().parent.parent
-CRON = REPO / "scripts" / "hub-cron.py"
+CRON = "sej.apps.hub_cron"  # sej-hub-cron
 READER = "hub"
 
 
@@ -136,10 +137,12 @@ def holds(check: Callable[[], object]) -> Callable[[], bool]:
 
 
 def wait_for(cond: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
+    """Poll `cond` until it holds; fail after scaled(timeout) seconds."""
+    limit = scaled(timeout)
+    deadline = time.monotonic() + limit
     while not cond():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            raise AssertionError(f"timed out after {limit:g}s waiting for {what}")
         time.sleep(0.02)
 
 
@@ -155,7 +158,8 @@ def env() -> dict[str, str]:
 
 
 def run(args: list[str], timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env())
+    """Run a command; fail after scaled(timeout) seconds."""
+    return subprocess.run(args, capture_output=True, text=True, timeout=scaled(timeout), env=env())
 
 
 def error_lines(stderr: str, prog: str) -> list[str]:
@@ -428,15 +432,30 @@ def test_backoff_delay() -> None:
     assert backoff_delay(3, 5.0, 1.0) == 5.0  # never faster than a normal pass
 
 
+Forever = Callable[..., tuple[threading.Event, list[ClientReport]]]
+
+
 @pytest.fixture
-def forever() -> Iterator[Callable[[Hub], tuple[threading.Event, list[ClientReport]]]]:
-    """Start hub.run_forever in a thread; it is stopped (and must end within 5 s) after the test."""
+def forever() -> Iterator[Forever]:
+    """start(hub): hub.run_forever in a thread; it is stopped (and must end within scaled(5) s) after the test.
+
+    Returns (stop, reports): the reports as they come, and also, with start(hub, stamped), (time.monotonic()
+    when it came, report) appended to the list `stamped`.
+    """
     running: list[tuple[threading.Thread, threading.Event]] = []
 
-    def start(hub: Hub) -> tuple[threading.Event, list[ClientReport]]:
+    def start(
+        hub: Hub, stamped: list[tuple[float, ClientReport]] | None = None
+    ) -> tuple[threading.Event, list[ClientReport]]:
         stop = threading.Event()
         reports: list[ClientReport] = []
-        t = threading.Thread(target=hub.run_forever, args=(stop, reports.append), daemon=True)
+
+        def on_report(report: ClientReport) -> None:
+            if stamped is not None:
+                stamped.append((time.monotonic(), report))
+            reports.append(report)
+
+        t = threading.Thread(target=hub.run_forever, args=(stop, on_report), daemon=True)
         t.start()
         running.append((t, stop))
         return stop, reports
@@ -444,23 +463,29 @@ def forever() -> Iterator[Callable[[Hub], tuple[threading.Event, list[ClientRepo
     yield start
     for t, stop in running:
         stop.set()
-        t.join(5)
-        assert not t.is_alive(), "run_forever did not end within 5 s of stop"
+        t.join(scaled(5))
+        assert not t.is_alive(), f"run_forever did not end within {scaled(5):g} s of stop"
 
 
-def test_run_forever_backs_off_a_failing_client_and_recovers(
-    tmp_path: Path, src: Path, forever: Callable[[Hub], tuple[threading.Event, list[ClientReport]]]
-) -> None:
+def test_run_forever_backs_off_a_failing_client_and_recovers(tmp_path: Path, src: Path, forever: Forever) -> None:
     late = tmp_path / "late"
     config = local_config(tmp_path, {"late": late, "good": src}, poll_interval=0.05, backoff_max=0.4)
-    stop, reports = forever(Hub(config))
-    time.sleep(1.2)
-    failed = [r for r in reports if r.client_id == "late"]
-    good = [r for r in reports if r.client_id == "good"]
-    # Waits of 0.1, 0.2, 0.4, 0.4 s: about 5 attempts in 1.2 s (24 without backoff), the good client ~20 passes.
-    assert 2 <= len(failed) <= 7, [round(r.seconds, 3) for r in failed]
-    assert all(r.client_failed for r in failed)
-    assert len(good) >= 5 and all(r.ok for r in good)
+    stamped: list[tuple[float, ClientReport]] = []
+    stop, reports = forever(Hub(config), stamped)
+
+    def of(client_id: str) -> list[tuple[float, ClientReport]]:
+        return [(t, r) for t, r in list(stamped) if r.client_id == client_id]
+
+    wait_for(lambda: len(of("late")) >= 5 and len(of("good")) >= 5, 20, "5 passes of each client")
+    failed, good = of("late"), of("good")
+    assert all(r.client_failed for _, r in failed)
+    assert all(r.ok for _, r in good)
+    # Backoff: after its n-th failure in a row the client waits 0.1, 0.2, 0.4, 0.4 s (poll_interval 0.05 s
+    # doubled, at most backoff_max), where the good one waits 0.05 s. The wait between two passes is the
+    # time between their reports less the second pass's own duration; a loaded machine only lengthens it.
+    for n, ((t0, _), (t1, r1)) in enumerate(zip(failed, failed[1:]), start=1):
+        waited = t1 - t0 - r1.seconds
+        assert waited >= backoff_delay(n, 0.05, 0.4) - 0.01, f"attempt {n + 1} came {waited:.3f} s after {n}"
     assert_identical(src, Path(config.hub_root), "good")
     make_root(late, 30)  # the root appears: copied within one backoff_max
     wait_for(lambda: any(r.client_id == "late" and r.ok and r.messages for r in reports), 5, "the late client")
@@ -468,12 +493,10 @@ def test_run_forever_backs_off_a_failing_client_and_recovers(
     t0 = time.monotonic()
     stop.set()
     wait_for(lambda: not any(t.name.startswith("sej-hub-") for t in threading.enumerate()), 5, "client threads")
-    assert time.monotonic() - t0 < 3
+    assert time.monotonic() - t0 < scaled(3)
 
 
-def test_run_forever_copies_new_data_continuously(
-    tmp_path: Path, forever: Callable[[Hub], tuple[threading.Event, list[ClientReport]]]
-) -> None:
+def test_run_forever_copies_new_data_continuously(tmp_path: Path, forever: Forever) -> None:
     src = make_root(tmp_path / "src", 20, bit=1)
     config = local_config(tmp_path, {"c": src}, poll_interval=0.05)
     hub_root = Path(config.hub_root)
@@ -490,8 +513,8 @@ def test_run_forever_copies_new_data_continuously(
 
 def test_console_script_is_declared() -> None:
     cfg = (REPO / "setup.cfg").read_text()
-    assert "sej-hub = sej.hub.main:main" in cfg
-    assert "sej = sej.cmd.main:main" in cfg and "sej-pipeline = sej.pipeline:main" in cfg
+    assert "sej-hub = sej.apps.hub:main" in cfg
+    assert "sej = sej.apps.cli.main:main" in cfg and "sej-pipeline = sej.apps.pipeline:main" in cfg
 
 
 def test_sej_hub_once_in_a_subprocess(tmp_path: Path, src: Path) -> None:
@@ -564,8 +587,8 @@ def test_sej_hub_forever_stops_on_sigterm_with_a_consistent_copy(tmp_path: Path)
     produce = threading.Event()
     written = [0]
 
-    def producer() -> None:  # keeps appending while the hub copies, until told to stop (at most 20 s)
-        deadline = time.monotonic() + 20
+    def producer() -> None:  # keeps appending while the hub copies, until told to stop (safety: scaled(120) s)
+        deadline = time.monotonic() + scaled(120)
         with sej.ShardedWriter(src, "ev", shard_bit=2, segment_size=4096, durability="flush") as w:
             i = 10
             while not produce.is_set() and time.monotonic() < deadline:
@@ -584,21 +607,22 @@ def test_sej_hub_forever_stops_on_sigterm_with_a_consistent_copy(tmp_path: Path)
     )
     try:
         wait_for(lambda: copied_count(hub_root, "c") > 200, 15, "the hub to copy")
-        time.sleep(0.3)
+        time.sleep(0.3)  # not a wait for anything: the hub copies on for a moment while the producer appends
         p.send_signal(signal.SIGTERM)
         t0 = time.monotonic()
-        _, stderr = p.communicate(timeout=5)
+        _, stderr = p.communicate(timeout=scaled(5))
         stopped_in = time.monotonic() - t0
     finally:
         if p.poll() is None:
             p.kill()
-            p.communicate(timeout=5)
+            p.communicate(timeout=scaled(5))
         produce.set()
-        writer.join(10)
+        writer.join(scaled(10))
     assert p.returncode == 0, stderr
-    assert stopped_in < 5
+    assert stopped_in < scaled(5)
     assert "Traceback" not in stderr and error_lines(stderr, "sej-hub") == []
     assert "stopping: finishing the current chunks" in stderr and "hub stopped" in stderr
+    assert "still busy" not in stderr, "every client finished its chunks (the hub did not give up waiting)"
     copied = assert_prefix(src, hub_root, "c")  # the producer has stopped: compare against what it wrote
     assert 200 < copied <= written[0]
     p2 = run([hub_script(), "--config", str(conf), "--once"])  # and the next run completes it
@@ -611,7 +635,7 @@ def test_sej_hub_forever_stops_on_sigterm_with_a_consistent_copy(tmp_path: Path)
 
 def cron(conf: Path, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, str(CRON), "--config", str(conf), *extra],
+        [sys.executable, "-m", CRON, "--config", str(conf), *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -625,7 +649,7 @@ def test_cron_script_skips_while_another_run_holds_the_lock(tmp_path: Path, src:
     fh = lock_hub(load_config(conf))  # the test is "the other run"
     try:
         runs = [cron(conf), cron(conf)]  # two at once
-        outs = [r.communicate(timeout=30) for r in runs]
+        outs = [r.communicate(timeout=scaled(30)) for r in runs]
     finally:
         unlock_file(fh)
     for r, (_, err) in zip(runs, outs):
@@ -634,7 +658,7 @@ def test_cron_script_skips_while_another_run_holds_the_lock(tmp_path: Path, src:
         assert "Traceback" not in err
     assert journals(hub_root) == [] and committed(src / "ev.2.000") == 0  # nothing copied, nothing committed
     runs = [cron(conf), cron(conf)]  # lock free: whichever gets it copies; the other skips or finds nothing new
-    outs = [r.communicate(timeout=30) for r in runs]
+    outs = [r.communicate(timeout=scaled(30)) for r in runs]
     assert [r.returncode for r in runs] == [0, 0], outs
     assert sum("copied 120 messages" in err for _, err in outs) == 1, outs
     assert_identical(src, hub_root, "c")
@@ -643,16 +667,17 @@ def test_cron_script_skips_while_another_run_holds_the_lock(tmp_path: Path, src:
 def test_cron_script_exit_codes(tmp_path: Path, src: Path) -> None:
     bad = write_config(tmp_path / "bad.toml", tmp_path / "hub", [{"client_id": "c", "local_root": src, "port": 22}])
     p = cron(bad)
-    _, err = p.communicate(timeout=30)
-    assert p.returncode == 2 and err.strip().startswith("hub-cron: error: ") and "port = 22" in err, err
+    _, err = p.communicate(timeout=scaled(30))
+    assert p.returncode == 2 and err.strip().startswith("sej-hub-cron: error: ") and "port = 22" in err, err
     conf = write_config(
         tmp_path / "hub.toml",
         tmp_path / "hub",
         [{"client_id": "gone", "local_root": tmp_path / "missing"}, {"client_id": "c", "local_root": src}],
     )
-    p = cron(conf, "--max-time", "30")
-    _, err = p.communicate(timeout=30)
-    assert p.returncode == 1 and error_lines(err, "hub-cron") == ["hub-cron: error: 1 failures in 1 of 2 clients"], err
+    p = cron(conf, "--max-time", str(int(scaled(30))))
+    _, err = p.communicate(timeout=scaled(30))
+    assert p.returncode == 1, err
+    assert error_lines(err, "sej-hub-cron") == ["sej-hub-cron: error: 1 failures in 1 of 2 clients"], err
     assert_identical(src, tmp_path / "hub", "c")
 
 
@@ -666,7 +691,7 @@ def test_example_crontab_and_systemd_unit() -> None:
     assert int(settings["TimeoutStopSec"]) > 30  # more than the daemon's own wait for the current chunks
     (line,) = [x for x in (REPO / "scripts" / "hub.crontab").read_text().splitlines() if x and not x.startswith("#")]
     fields = line.split()
-    assert len(fields[:5]) == 5 and fields[6].endswith("python3") and fields[7].endswith("scripts/hub-cron.py")
+    assert len(fields[:5]) == 5 and fields[6].endswith("/sej-hub-cron")  # the installed console script
     assert "--config" in fields and "--max-time" in fields
 
 
@@ -719,11 +744,9 @@ def test_ssh_host_key_mismatch_fails_that_client_only(tmp_path: Path, src: Path,
 
 
 # paramiko's SFTP prefetch thread dies of the dropped connection (the read it serves fails and is reported);
-# sej-hub logs that in one line (sej.hub.main.quiet_prefetch_errors), this in-process test does not.
+# sej-hub logs that in one line (sej.apps.hub.quiet_prefetch_errors), this in-process test does not.
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
-def test_run_forever_reconnects_after_the_connection_drops(
-    tmp_path: Path, sshd: Sshd, forever: Callable[[Hub], tuple[threading.Event, list[ClientReport]]]
-) -> None:
+def test_run_forever_reconnects_after_the_connection_drops(tmp_path: Path, sshd: Sshd, forever: Forever) -> None:
     src = make_root(tmp_path / "src", 40, bit=1)
     config = load_config(
         write_config(
@@ -732,9 +755,10 @@ def test_run_forever_reconnects_after_the_connection_drops(
     )
     hub_root = tmp_path / "hub"
     before = logins(sshd)
-    forever(Hub(config))
+    _, reports = forever(Hub(config))
     wait_for(holds(lambda: assert_identical(src, hub_root, "s")), 10, "the first copy")
-    time.sleep(0.2)
+    passes = len(reports)
+    wait_for(lambda: len(reports) >= passes + 5, 10, "5 more passes")
     assert logins(sshd) - before == 1, "one connection for many passes"
     sshd.kill_connections()
     make_root(src, 40, bit=1, start=40)
@@ -746,7 +770,7 @@ def test_run_forever_reconnects_after_the_connection_drops(
 def test_the_hub_needs_nothing_but_sftp_on_the_producer(tmp_path: Path, src: Path, sshd: Sshd) -> None:
     """A key restricted to SFTP (`restrict,command="internal-sftp"`, as docs/hub.md advises) is enough:
     the hub runs no remote command. A shell command with the same key is refused."""
-    from .sshd import Sshd as SshdServer  # a server of its own: the session's sshd keeps its unrestricted key
+    from testing.sshd import Sshd as SshdServer  # a server of its own: the session's sshd keeps its unrestricted key
 
     with SshdServer() as server:
         key = server.authorized_keys.read_text().strip()
@@ -758,7 +782,7 @@ def test_the_hub_needs_nothing_but_sftp_on_the_producer(tmp_path: Path, src: Pat
         assert_identical(src, tmp_path / "hub", "c")
         client = server.paramiko_client()
         try:
-            _, out, _ = client.exec_command("echo hello", timeout=10)
+            _, out, _ = client.exec_command("echo hello", timeout=scaled(10))
             assert b"hello" not in out.read()
         finally:
             client.close()
@@ -769,10 +793,11 @@ def test_a_producer_that_stops_answering_is_cut_off_by_the_watchdog(
 ) -> None:
     """Opening an SFTP channel has no timeout of its own: a producer whose sshd hangs (its TCP connection
     still up) would block its client for good. The watchdog closes the connection; the next pass reconnects."""
-    monkeypatch.setattr(daemon, "STALL_TIMEOUT", 1.0)
     monkeypatch.setattr(daemon, "WATCH_INTERVAL", 0.1)
     config = load_config(write_config(tmp_path / "hub.toml", tmp_path / "hub", [ssh_client(sshd, "c", src)]))
     with Hub(config) as hub:
+        # A short STALL_TIMEOUT only while the producer hangs: a loaded machine may well make an answering
+        # producer's call take a second, and the watchdog would then rightly cut it.
         (first,) = hub.run_once()
         assert first.ok
         make_root(src, 30, start=120)
@@ -782,17 +807,170 @@ def test_a_producer_that_stops_answering_is_cut_off_by_the_watchdog(
             os.kill(pid, signal.SIGSTOP)  # the producer's sshd hangs; the kernel still keeps the TCP connection up
         passes: list[list[ClientReport]] = []
         t = threading.Thread(target=lambda: passes.append(hub.run_once()), daemon=True)
+        limit = scaled(10)
         try:
+            monkeypatch.setattr(daemon, "STALL_TIMEOUT", 1.0)
             t0 = time.monotonic()
             t.start()
-            t.join(10)  # bounded even if the watchdog failed
+            t.join(limit)  # bounded even if the watchdog failed
             took = time.monotonic() - t0
         finally:
+            monkeypatch.undo()  # STALL_TIMEOUT and WATCH_INTERVAL as they were
             sshd.kill_connections()  # SIGKILL ends stopped processes too (and unblocks a hung pass)
-            t.join(10)
-        assert took < 10, "the pass against a hung producer did not end"
+            t.join(limit)
+        assert took < limit, "the pass against a hung producer did not end"
         ((stalled,),) = passes
         assert stalled.client_failed and not stalled.ok
         (again,) = hub.run_once()  # a fresh connection
         assert again.ok and again.messages == 30, again.failures()
     assert_identical(src, tmp_path / "hub", "c")
+
+
+# -- FIFOs and stalled calls: SIGTERM ends sej-hub within seconds in every state (issue 10, item 6) --------------
+
+
+class HubProcess:
+    """A sej-hub (or a script) running as a real subprocess, its stderr read line by line as it comes."""
+
+    def __init__(self, args: list[str]) -> None:
+        self.p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
+        self.lines: list[str] = []
+        self.out: list[str] = []
+        self._changed = threading.Condition()
+        self._readers = [threading.Thread(target=self._read, args=(f, buf), daemon=True)
+                         for f, buf in ((self.p.stderr, self.lines), (self.p.stdout, self.out))]  # fmt: skip
+        for t in self._readers:
+            t.start()
+
+    def _read(self, f: Any, buf: list[str]) -> None:
+        for line in f:
+            with self._changed:
+                buf.append(line.rstrip("\n"))
+                self._changed.notify_all()
+
+    def wait_for(self, text: str, timeout: float, stream: str = "stderr") -> bool:
+        """Whether a line containing `text` came within `timeout` seconds."""
+        buf = self.lines if stream == "stderr" else self.out
+        with self._changed:
+            return self._changed.wait_for(lambda: any(text in line for line in buf), timeout)
+
+    def stop(self, timeout: float) -> float | None:
+        """SIGTERM; the seconds it took to exit, or None if it did not exit within `timeout` (then SIGKILL)."""
+        t0 = time.monotonic()
+        self.p.send_signal(signal.SIGTERM)
+        try:
+            self.p.wait(timeout)
+            return time.monotonic() - t0
+        except subprocess.TimeoutExpired:
+            return None
+        finally:
+            self.kill()
+
+    def kill(self) -> None:
+        if self.p.poll() is None:
+            self.p.kill()
+            self.p.wait(10)
+        for t in self._readers:
+            t.join(10)
+
+    @property
+    def stderr(self) -> str:
+        return "\n".join(self.lines)
+
+
+def fifo_at_hub_offset(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A source copied once, then its ev.2.001/ofs/hub.ofs replaced by a FIFO; (source, config, the FIFO)."""
+    src = make_root(tmp_path / "src", 120)
+    conf = write_config(tmp_path / "hub.toml", tmp_path / "hub", [{"client_id": "c", "local_root": src}],
+                        poll_interval=0.05)  # fmt: skip
+    first = run([hub_script(), "--config", str(conf), "--once"])
+    assert first.returncode == 0, first.stderr
+    fifo = src / "ev.2.001" / "ofs" / f"{READER}.ofs"
+    fifo.unlink()
+    os.mkfifo(fifo)
+    return src, conf, fifo
+
+
+def test_sej_hub_once_refuses_a_fifo_at_a_sources_hub_offset(tmp_path: Path) -> None:
+    """A FIFO at `ofs/hub.ofs` blocked `sej-hub --once` forever in open() (when nothing was new to copy)."""
+    src, conf, fifo = fifo_at_hub_offset(tmp_path)
+    p = run([hub_script(), "--config", str(conf), "--once"], timeout=60)
+    assert p.returncode == 1, p.stderr
+    assert "Traceback" not in p.stderr
+    assert f"ERROR sej.hub: {fifo} is a FIFO, not a regular file: refusing to open it" in p.stderr
+    assert error_lines(p.stderr, "sej-hub") == ["sej-hub: error: 1 failures in 1 of 1 clients (see the log above)"]
+    assert fifo.is_fifo()
+
+
+def test_sej_hub_stops_on_sigterm_while_a_source_holds_a_fifo(tmp_path: Path) -> None:
+    src, conf, fifo = fifo_at_hub_offset(tmp_path)
+    hub = HubProcess([hub_script(), "--config", str(conf)])
+    try:
+        # It used to hang in open() instead; wait for the refusal (or give up after a while), then stop it.
+        refused = hub.wait_for(f"{fifo} is a FIFO", 20)
+        took = hub.stop(timeout=10)
+    finally:
+        hub.kill()
+    assert took is not None, f"sej-hub did not exit within 10 s of SIGTERM:\n{hub.stderr}"
+    assert refused, hub.stderr
+    assert hub.p.returncode == 0 and "hub stopped" in hub.stderr and "Traceback" not in hub.stderr
+
+
+# A local call that never returns, as on a hung network filesystem (a process stuck in the kernel cannot be
+# interrupted): the source's read is replaced by one that blocks for good. Everything else is the real sej-hub.
+STUCK_HUB = r"""
+import os, sys, threading
+import sej.hub.daemon as daemon
+from sej.hub import source
+stall = float(sys.argv[1])
+if stall:
+    daemon.STALL_TIMEOUT, daemon.WATCH_INTERVAL = stall, 0.1
+never = threading.Event()
+
+def stuck_read(self, journal, name, pos, size):
+    os.write(1, b"stuck in a read\n")
+    never.wait()
+
+source.LocalSource.read = stuck_read
+from sej.apps.hub import main
+sys.argv[1:] = sys.argv[2:]
+main()
+"""
+
+
+def test_the_watchdog_bounds_a_stalled_local_pass(tmp_path: Path, src: Path) -> None:
+    """The watchdog only closed SSH connections: a local pass stuck in a call hung `sej-hub --once` for good."""
+    conf = write_config(tmp_path / "hub.toml", tmp_path / "hub", [{"client_id": "c", "local_root": src}])
+    hub = HubProcess([sys.executable, "-c", STUCK_HUB, "1.0", "--config", str(conf), "--once"])
+    try:
+        assert hub.wait_for("stuck in a read", 30, "stdout"), hub.stderr
+        hub.p.wait(60)  # STALL_TIMEOUT is 1 s here
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        hub.kill()
+    assert hub.p.returncode == 1, hub.stderr
+    assert "Traceback" not in hub.stderr
+    assert f"client c: a call to {src} has not returned for 1s; abandoning the pass" in hub.stderr
+    assert "the pass was abandoned after" in hub.stderr
+    assert error_lines(hub.stderr, "sej-hub") == ["sej-hub: error: 1 failures in 1 of 1 clients (see the log above)"]
+    assert "exiting with 4 threads still stuck in calls that did not return" in hub.stderr
+
+
+@pytest.mark.parametrize("once", [False, True])
+def test_sigterm_stops_sej_hub_while_a_local_call_is_stuck(tmp_path: Path, src: Path, once: bool) -> None:
+    conf = write_config(tmp_path / "hub.toml", tmp_path / "hub", [{"client_id": "c", "local_root": src}])
+    hub = HubProcess([sys.executable, "-c", STUCK_HUB, "0", "--config", str(conf), *(["--once"] if once else [])])
+    try:
+        assert hub.wait_for("stuck in a read", 30, "stdout"), hub.stderr
+        took = hub.stop(timeout=15)  # STALL_TIMEOUT is 300 s: only stopping can end this pass
+    finally:
+        hub.kill()
+    assert took is not None, f"sej-hub did not exit within 15 s of SIGTERM:\n{hub.stderr}"
+    assert "Traceback" not in hub.stderr
+    assert "after stop; the pass was abandoned" in hub.stderr
+    assert hub.p.returncode == (1 if once else 0), hub.stderr
+    # The copy is consistent: the journals that were copied are whole prefixes, nothing was committed ahead.
+    for name in journals(src):
+        dest = tmp_path / "hub" / f"c.{name}"
+        assert committed(src / name) <= (sej.next_offset(dest) if dest.exists() else 0)

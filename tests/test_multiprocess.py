@@ -12,6 +12,7 @@ import time
 import pytest
 
 import sej
+from testing.timing import scaled, wait_until, wait_until_scanner_waits
 
 try:
     from tests.conftest import popen_python, run_python
@@ -42,15 +43,16 @@ def spawn(code: str, *args: str, stderr: object = None) -> subprocess.Popen[str]
     return popen_python(code, *args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr or subprocess.PIPE)
 
 
-def readline(proc: subprocess.Popen[str], timeout: float = 20) -> str:
-    """One line of the child's stdout, within `timeout` (a thread keeps it bounded)."""
+def readline(proc: subprocess.Popen[str], timeout: float | None = None) -> str:
+    """One line of the child's stdout, within `timeout` (default scaled(20) s; a thread keeps it bounded)."""
+    timeout = scaled(20) if timeout is None else timeout
     box: list[str] = []
     t = threading.Thread(target=lambda: box.append(proc.stdout.readline()), daemon=True)  # type: ignore[union-attr]
     t.start()
     t.join(timeout)
     if t.is_alive() or not box or not box[0]:
         proc.kill()
-        _, err = proc.communicate(timeout=10)
+        _, err = proc.communicate(timeout=scaled(10))
         pytest.fail(f"child printed no line in {timeout} s (exit {proc.returncode}); stderr: {err[-3000:]}")
     return box[0].rstrip("\n")
 
@@ -59,14 +61,14 @@ def stop(proc: subprocess.Popen[str]) -> None:
     if proc.poll() is None:
         proc.kill()
     try:
-        proc.communicate(timeout=10)
+        proc.communicate(timeout=scaled(10))
     except (ValueError, OSError):
-        proc.wait(10)
+        proc.wait(scaled(10))
 
 
 def kill9(proc: subprocess.Popen[str]) -> None:
     proc.send_signal(signal.SIGKILL)
-    proc.wait(10)
+    proc.wait(scaled(10))
     assert proc.returncode == -signal.SIGKILL
 
 
@@ -95,7 +97,7 @@ def scan_all(dir: str, offset: int = 0) -> list[sej.Message]:
         with sej.Scanner(dir, offset=offset, timeout=0) as s:
             return list(s)
 
-    return in_thread(run, 15)  # type: ignore[no-any-return]
+    return in_thread(run, scaled(15))  # type: ignore[no-any-return]
 
 
 def check_exact(msgs: list[sej.Message], n: int, what: str) -> None:
@@ -169,16 +171,16 @@ def test_second_writer_is_locked_out_until_the_first_process_is_gone(jdir: str, 
         with pytest.raises(sej.LockedError) as ei:
             sej.Writer(jdir, segment_size=4096)
         elapsed = time.monotonic() - t
-        assert elapsed < 0.5, f"LockedError took {elapsed:.3f} s"
+        assert elapsed < scaled(0.5), f"LockedError took {elapsed:.3f} s"
         assert lock_path in str(ei.value)
         assert ei.value.path == lock_path
 
         # In a third process too.
-        r = run_python(TRY_WRITER, jdir, timeout=30)
+        r = run_python(TRY_WRITER, jdir, timeout=scaled(30))
         assert r.returncode == 0, r.stderr
         word, secs, path, rest = r.stdout.split(" ", 3)
         assert word == "locked", r.stdout
-        assert float(secs) < 0.5, f"LockedError took {secs} s in another process"
+        assert float(secs) < scaled(0.5), f"LockedError took {secs} s in another process"
         assert path == lock_path and lock_path in rest
 
         # The failed attempts changed nothing: the holder still writes, the journal is intact.
@@ -190,7 +192,7 @@ def test_second_writer_is_locked_out_until_the_first_process_is_gone(jdir: str, 
         elif release == "exit":
             holder.stdin.write("exit\n")  # type: ignore[union-attr]
             holder.stdin.flush()  # type: ignore[union-attr]
-            assert holder.wait(20) == 0
+            assert holder.wait(scaled(20)) == 0
         else:  # closes its writer and stays alive
             holder.stdin.write("close\n")  # type: ignore[union-attr]
             holder.stdin.flush()  # type: ignore[union-attr]
@@ -198,7 +200,7 @@ def test_second_writer_is_locked_out_until_the_first_process_is_gone(jdir: str, 
             assert holder.poll() is None
 
         # Now a new writer opens, in another process and in this one.
-        r = run_python(APPEND_MORE, jdir, "50", timeout=30)
+        r = run_python(APPEND_MORE, jdir, "50", timeout=scaled(30))
         assert r.returncode == 0, r.stderr
         assert r.stdout.split() == ["appended", "300", "350"]
         with sej.Writer(jdir, segment_size=4096) as w:
@@ -206,7 +208,7 @@ def test_second_writer_is_locked_out_until_the_first_process_is_gone(jdir: str, 
             _, ts, typ, key, value = expected(350)  # type: ignore[operator]
             assert w.append(value, key=key, type=typ, timestamp=ts) == 350
             # ... and while this process holds it, others are locked out again.
-            r = run_python(TRY_WRITER, jdir, timeout=30)
+            r = run_python(TRY_WRITER, jdir, timeout=scaled(30))
             assert r.stdout.startswith("locked "), r.stdout + r.stderr
         check_exact(scan_all(jdir), 351, "after the hand-over")
     finally:
@@ -228,13 +230,15 @@ sys.stdin.readline()  # "go": the scanner is running
 w = sej.Writer(dir, segment_size=seg, durability=durability, buffer_size=700)
 for off in range(n):
     _, ts, typ, key, value = expected(off)
+    if off == n - 1:
+        before_last = time.time()  # no scanner can have the last message before this
     assert w.append(value, key=key, type=typ, timestamp=ts) == off
     if durability == "buffered" and off % 5 == 4:
         w.flush()
     if off % 40 == 39:
         time.sleep(0.004)  # let the scanner catch up and wait for more
 w.close()
-print("done", time.time(), flush=True)
+print("done", before_last, time.time(), flush=True)
 sys.stdin.readline()
 """
 )
@@ -252,7 +256,9 @@ sys.stdin.readline()
     ],
 )
 def test_scanner_follows_writer_process_across_rollovers(jdir: str, durability: str, n: int) -> None:
-    seg, timeout = 1024, 2.0
+    # The scanners' own timeout, the behaviour under test: it must outlast any pause of the writer process,
+    # so it is scaled like a deadline.
+    seg, timeout = 1024, scaled(2.0)
     os.makedirs(jdir)  # an empty journal directory: the scanners wait for the first segment
 
     class Follower(threading.Thread):
@@ -281,13 +287,14 @@ def test_scanner_follows_writer_process_across_rollovers(jdir: str, durability: 
         assert readline(writer) == "up"
         for f in followers:
             f.start()
-        time.sleep(0.2)  # the scanners are now waiting for the journal's first segment
+        for f in followers:
+            wait_until_scanner_waits(f)  # for the journal's first segment
         writer.stdin.write("go\n")  # type: ignore[union-attr]
         writer.stdin.flush()  # type: ignore[union-attr]
-        word, done_at = readline(writer, timeout=60).split()
+        word, last_at, done_at = readline(writer, timeout=scaled(60)).split()
         assert word == "done"
         for f in followers:
-            f.join(timeout + 20)
+            f.join(timeout + scaled(20))
             assert not f.is_alive(), f"a scanner did not stop within its {timeout} s timeout ({len(f.got)} messages)"
     finally:
         stop(writer)
@@ -296,9 +303,11 @@ def test_scanner_follows_writer_process_across_rollovers(jdir: str, durability: 
             raise AssertionError(f"scanner {i} failed after {len(f.got)} messages: {f.error!r}") from f.error
         check_exact(f.got, n, f"scanner {i}")
         assert f.offset == n
-        # It stopped cleanly, by its timeout, once the writer was done (not before, not much later).
-        idle = f.stopped - float(done_at)
-        assert timeout - 0.5 <= idle <= timeout + 3, f"scanner {i} stopped {idle:.2f} s after the writer finished"
+        # It stopped cleanly, by its timeout, once the writer was done: not before its timeout had passed since
+        # the last message was appended, not much later than its timeout after the writer finished.
+        since_last, since_done = f.stopped - float(last_at), f.stopped - float(done_at)
+        assert since_last >= timeout - 0.05, f"scanner {i} stopped {since_last:.2f} s after the last append"
+        assert since_done <= timeout + scaled(3), f"scanner {i} stopped {since_done:.2f} s after the writer finished"
     assert len(sej.list_segments(jdir)) > 100, "expected many segment rollovers"
 
 
@@ -334,9 +343,11 @@ def test_truncation_under_waiting_scanner_fails_fast(jdir: str, how: str) -> Non
     caught_up = threading.Event()
     box: dict[str, object] = {}
 
+    waits = scaled(60)  # the scanner's timeout: far longer than the test waits for the error
+
     def follow() -> None:
         try:
-            with sej.Scanner(jdir, offset=0, timeout=60) as s:  # far longer than the test waits
+            with sej.Scanner(jdir, offset=0, timeout=waits) as s:
                 for m in s:
                     got.append(m)
                     if m.offset == 39:
@@ -347,8 +358,8 @@ def test_truncation_under_waiting_scanner_fails_fast(jdir: str, how: str) -> Non
 
     t = threading.Thread(target=follow, daemon=True)
     t.start()
-    assert caught_up.wait(15), f"the scanner read only {len(got)} of 40 messages"
-    time.sleep(0.3)  # it is now waiting for more
+    assert caught_up.wait(scaled(15)), f"the scanner read only {len(got)} of 40 messages"
+    wait_until_scanner_waits(t)  # for more
     t0 = time.monotonic()
     if how == "truncate-half":
         os.truncate(last, frame_end(jdir, last, 1) + 7)
@@ -362,11 +373,11 @@ def test_truncation_under_waiting_scanner_fails_fast(jdir: str, how: str) -> Non
         with open(last, "rb") as src, open(last + ".new", "wb") as dst:
             dst.write(src.read())
         os.replace(last + ".new", last)
-    t.join(10)
-    assert not t.is_alive(), f"no error 10 s after '{how}' (the scanner's timeout is 60 s)"
+    t.join(scaled(10))
+    assert not t.is_alive(), f"no error {scaled(10):g} s after '{how}' (the scanner's timeout is {waits:g} s)"
     delay = box["at"] - t0  # type: ignore[operator]
     assert isinstance(box.get("error"), sej.TruncatedError), f"{how}: expected TruncatedError, got {box.get('error')!r}"
-    assert delay < 2.0, f"{how}: TruncatedError came {delay:.2f} s after the change"
+    assert delay < scaled(2.0), f"{how}: TruncatedError came {delay:.2f} s after the change"
     check_exact(got, 40, "before the truncation")  # nothing bogus was yielded
 
 
@@ -374,15 +385,15 @@ def test_truncation_between_reads_fails_at_next_read(jdir: str) -> None:
     """No waiting involved: data was read, the segment shrinks, the next read raises at once."""
     write_journal(jdir, 30)
     (seg,) = sej.list_segments(jdir)
-    s = sej.Scanner(jdir, offset=0, timeout=60, batch=1)
+    s = sej.Scanner(jdir, offset=0, timeout=scaled(60), batch=1)
     try:
         first = [next(s) for _ in range(10)]
         check_exact(first, 10, "first reads")
         os.truncate(seg.path, frame_end(jdir, seg.path, 5))
         t = time.monotonic()
         with pytest.raises(sej.TruncatedError):
-            in_thread(lambda: next(s), 10)
-        assert time.monotonic() - t < 2.0
+            in_thread(lambda: next(s), scaled(10))
+        assert time.monotonic() - t < scaled(2.0)
     finally:
         s.close()
 
@@ -392,7 +403,7 @@ def test_truncation_of_older_segment_being_read(jdir: str) -> None:
     write_journal(jdir, 60, segment_size=1024)
     segs = sej.list_segments(jdir)
     assert len(segs) >= 4
-    s = sej.Scanner(jdir, offset=0, timeout=60, batch=1)
+    s = sej.Scanner(jdir, offset=0, timeout=scaled(60), batch=1)
     try:
         first = [next(s) for _ in range(2)]
         check_exact(first, 2, "first reads")
@@ -400,8 +411,8 @@ def test_truncation_of_older_segment_being_read(jdir: str) -> None:
         os.truncate(segs[0].path, frame_end(jdir, segs[0].path, 1))
         t = time.monotonic()
         with pytest.raises(sej.TruncatedError):
-            in_thread(lambda: [next(s) for _ in range(100)], 10)
-        assert time.monotonic() - t < 2.0
+            in_thread(lambda: [next(s) for _ in range(100)], scaled(10))
+        assert time.monotonic() - t < scaled(2.0)
     finally:
         s.close()
 
@@ -417,9 +428,11 @@ def test_truncation_while_writer_process_is_live(jdir: str) -> None:
         box: dict[str, object] = {}
         n_read = []
 
+        waits = scaled(60)  # the scanner's timeout: far longer than the test waits for the error
+
         def follow() -> None:
             try:
-                with sej.Scanner(jdir, offset=0, timeout=60) as s:
+                with sej.Scanner(jdir, offset=0, timeout=waits) as s:
                     for m in s:
                         n_read.append(m.offset)
             except BaseException as e:
@@ -428,17 +441,15 @@ def test_truncation_while_writer_process_is_live(jdir: str) -> None:
 
         t = threading.Thread(target=follow, daemon=True)
         t.start()
-        deadline = time.monotonic() + 15
-        while len(n_read) < 25 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: len(n_read) >= 25 or not t.is_alive(), scaled(15), "the scanner to read 25 messages")
         assert n_read == list(range(25))
-        time.sleep(0.3)
+        wait_until_scanner_waits(t)  # for more
         t0 = time.monotonic()
         os.truncate(seg.path, size // 2)
-        t.join(10)
-        assert not t.is_alive(), "no error 10 s after the truncation (scanner timeout 60 s)"
+        t.join(scaled(10))
+        assert not t.is_alive(), f"no error {scaled(10):g} s after the truncation (scanner timeout {waits:g} s)"
         assert isinstance(box.get("error"), sej.TruncatedError), repr(box.get("error"))
-        assert box["at"] - t0 < 2.0  # type: ignore[operator]
+        assert box["at"] - t0 < scaled(2.0)  # type: ignore[operator]
     finally:
         stop(holder)
 
@@ -481,19 +492,19 @@ def test_reader_offset_locked_by_another_process(jdir: str) -> None:
         t = time.monotonic()
         with pytest.raises(sej.LockedError) as ei:
             sej.Offset(jdir, "reader1")
-        assert time.monotonic() - t < 0.5
+        assert time.monotonic() - t < scaled(0.5)
         assert ei.value.path == lock1 and lock1 in str(ei.value)
 
         # Another process is refused too; another reader name is independent.
-        r = run_python(TRY_OFFSET, jdir, "reader1", timeout=30)
+        r = run_python(TRY_OFFSET, jdir, "reader1", timeout=scaled(30))
         assert r.returncode == 0, r.stderr
         word, secs, path = r.stdout.split()
-        assert word == "locked" and float(secs) < 0.5 and path == lock1, r.stdout
+        assert word == "locked" and float(secs) < scaled(0.5) and path == lock1, r.stdout
         with sej.Offset(jdir, "reader2") as o2:
             assert o2.value == 0
             o2.commit(3)
             # ... and now reader2 is the one held, by this process.
-            r = run_python(TRY_OFFSET, jdir, "reader2", timeout=30)
+            r = run_python(TRY_OFFSET, jdir, "reader2", timeout=scaled(30))
             assert r.stdout.split()[0] == "locked", r.stdout + r.stderr
         # The writer lock is a different lock.
         with sej.Writer(jdir) as w:
@@ -502,7 +513,7 @@ def test_reader_offset_locked_by_another_process(jdir: str) -> None:
         kill9(holder)
         with sej.Offset(jdir, "reader1") as o1:
             assert o1.value == 7  # committed by the killed process
-        r = run_python(TRY_OFFSET, jdir, "reader2", timeout=30)
+        r = run_python(TRY_OFFSET, jdir, "reader2", timeout=scaled(30))
         assert r.stdout.split() == ["opened", "3"], r.stdout + r.stderr
         assert sej.list_readers(jdir) == ["reader1", "reader2"]
     finally:

@@ -85,3 +85,65 @@ def test_malformed_offset_file_is_a_corruption_error(journal: str, content: byte
     # The lock was released on failure.
     os.remove(os.path.join(journal, "ofs", "r.ofs"))
     sej.Offset(journal, "r").close()
+
+
+# A commit stopped for good between creating its temp file and renaming it: os.fsync announces itself and blocks,
+# and the test SIGKILLs the process there.
+KILLED_COMMIT = r"""
+import os, sys, threading
+import sej
+with sej.Offset(sys.argv[1], "r") as o:
+    o.commit(5)
+    os.fsync = lambda fd: (print("in fsync", flush=True), threading.Event().wait())
+    o.commit(7)
+"""
+
+
+def test_temp_files_of_killed_commits_are_removed_on_the_next_open(journal: str) -> None:
+    """`Offset.commit` killed mid-way left its `.tmp` file in ofs/ for good. The next open removes the temp
+    files of commits (by their name pattern) that nobody has touched for STALE_TEMP_AGE; nothing else."""
+    import signal
+    import subprocess
+
+    from .conftest import popen_python
+
+    ofs = os.path.join(journal, "ofs")
+    p = popen_python(KILLED_COMMIT, journal, stdout=subprocess.PIPE)
+    try:
+        assert p.stdout is not None and p.stdout.readline() == "in fsync\n"
+    finally:
+        p.kill()
+        assert p.wait(30) == -signal.SIGKILL
+    (left,) = [f for f in os.listdir(ofs) if f.endswith(".tmp")]
+    assert left.startswith("r.ofs.")
+    young = "q.ofs.0123456789abcdef.tmp"  # a commit of another reader that may still be under way
+    other = "r.ofs.keep.tmp"  # not a name a commit makes
+    for name in (young, other):
+        open(os.path.join(ofs, name), "wb").close()
+    old = os.stat(os.path.join(ofs, left)).st_mtime - 86400  # a day: far past sej.offset.STALE_TEMP_AGE
+    for name in (left, other):
+        os.utime(os.path.join(ofs, name), (old, old))
+    with sej.Offset(journal, "r") as o:
+        assert o.value == 5  # the killed commit changed nothing
+    assert sorted(f for f in os.listdir(ofs) if f.endswith(".tmp")) == sorted([young, other])
+    assert sej.list_readers(journal) == ["r"]
+
+
+def test_commit_never_writes_through_a_symlink_at_a_temp_name(journal: str, tmp_path) -> None:
+    """The temp file was `ofs/<reader>.ofs.<pid>.tmp`, opened with O_TRUNC through any symlink planted there;
+    it is now created exclusively under a random name, and an offset file that is a symlink is refused."""
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"someone else's file\n")
+    ofs = os.path.join(journal, "ofs")
+    os.makedirs(ofs)
+    os.symlink(victim, os.path.join(ofs, f"r.ofs.{os.getpid()}.tmp"))
+    with sej.Offset(journal, "r") as o:
+        o.commit(11)
+    assert victim.read_bytes() == b"someone else's file\n"
+    assert not os.path.islink(os.path.join(ofs, "r.ofs"))
+    with sej.Offset(journal, "r") as o:
+        assert o.value == 11
+    os.remove(os.path.join(ofs, "r.ofs"))
+    os.symlink(victim, os.path.join(ofs, "r.ofs"))
+    with pytest.raises(sej.UnsafeFileError, match=r"r\.ofs is a symlink, not a regular file"):
+        sej.Offset(journal, "r")

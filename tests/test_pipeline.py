@@ -7,17 +7,19 @@ import subprocess
 import sys
 
 import sej
+from testing.timing import scaled
 
 from .conftest import REPO
 
 
-def run_pipeline(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def run_pipeline(*args: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+    """Run `python -m sej.apps.pipeline ARGS` (it starts a Spark of its own); `timeout` defaults to scaled(300) s."""
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
     return subprocess.run(
-        [sys.executable, "-m", "sej.pipeline", *args],
+        [sys.executable, "-m", "sej.apps.pipeline", *args],
         capture_output=True,
         text=True,
-        timeout=timeout,
+        timeout=scaled(300) if timeout is None else timeout,
         cwd=REPO,
         env=env,
     )
@@ -53,7 +55,7 @@ def test_main_job_over_ssh(spark, sshd, tmp_path) -> None:
 
 
 def test_main_job_bad_input_is_one_error_line(tmp_path) -> None:
-    out = run_pipeline("--work", str(tmp_path), "--ssh", "ftp://nope", timeout=60)
+    out = run_pipeline("--work", str(tmp_path), "--ssh", "ftp://nope", timeout=scaled(60))
     assert out.returncode == 2
     assert out.stderr.strip().splitlines()[-1].startswith("sej-pipeline: error: --ssh must look like")
     assert "Traceback" not in out.stderr

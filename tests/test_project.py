@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -36,3 +37,49 @@ def test_typed_package_and_public_api() -> None:
     assert issubclass(sej.InvalidArgumentError, ValueError)
     for err in (sej.LockedError, sej.CorruptionError, sej.TruncatedError, sej.OffsetOutOfRangeError):
         assert issubclass(err, sej.SejError)
+
+
+def imported_modules(path: Path) -> set[str]:
+    """The absolute names of the modules a module of the sej package imports (relative imports resolved)."""
+    package = ".".join(path.relative_to(REPO).parts[:-1])
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parent = ".".join(parts[: len(parts) - node.level + 1])
+                base = f"{parent}.{base}" if base else parent
+            names.add(base)
+            names.update(f"{base}.{alias.name}" for alias in node.names)
+    return names
+
+
+def test_the_library_imports_nothing_from_the_applications() -> None:
+    """Layers point down: sej, sej.shard, sej.hub and sej.spark never import sej.apps (the programs)."""
+    library = [p for p in (REPO / "sej").rglob("*.py") if "apps" not in p.relative_to(REPO / "sej").parts]
+    assert len(library) > 20
+    for path in library:
+        up = sorted(m for m in imported_modules(path) if m == "sej.apps" or m.startswith("sej.apps."))
+        assert not up, f"{path.relative_to(REPO)} imports {up}"
+    assert not (REPO / "sej" / "cmd").exists() and not (REPO / "sej" / "pipeline.py").exists()
+
+
+def test_every_program_is_a_console_script_of_sej_apps() -> None:
+    cfg = (REPO / "setup.cfg").read_text()
+    scripts = dict(
+        (name.strip(), target.strip())
+        for line in cfg.split("console_scripts =", 1)[1].split("\n[", 1)[0].splitlines()
+        if "=" in line
+        for name, target in [line.split("=", 1)]
+    )
+    assert scripts == {
+        "sej": "sej.apps.cli.main:main",
+        "sej-hub": "sej.apps.hub:main",
+        "sej-hub-cron": "sej.apps.hub_cron:main",
+        "sej-pipeline": "sej.apps.pipeline:main",
+        "sej-retention": "sej.apps.retention:main",
+        "sej-archive": "sej.apps.archive:main",
+    }

@@ -134,13 +134,32 @@ def test_empty_last_segment_after_a_crash_during_rollover(jdir: str) -> None:
 def test_segment_whose_first_frame_is_bad_is_cut_whole(jdir: str) -> None:
     build(jdir, n=10, segment_size=200)
     last = sej.list_segments(jdir)[-1]
-    whole = open(last.path, "rb").read()
     with open(last.path, "r+b") as f:
         f.write(struct.pack(">Q", 12345))  # offset of its first frame no longer matches its name
+        f.truncate(30)  # and no whole frame follows it
+    whole = open(last.path, "rb").read()
     with pytest.warns(sej.CorruptionWarning), sej.Writer(jdir, segment_size=200) as w:
         assert w.next_offset == last.first_offset
     (q,) = quarantined(last.path)
-    assert open(q, "rb").read() == struct.pack(">Q", 12345) + whole[8:]
+    assert open(q, "rb").read() == whole
+
+
+def test_damaged_frame_followed_by_whole_frames_is_kept_not_cut(jdir: str) -> None:
+    """Issue 10: damage in place is not a torn tail: the whole, acknowledged frames after it stay."""
+    build(jdir, n=10, segment_size=200)
+    last = sej.list_segments(jdir)[-1]
+    with open(last.path, "r+b") as f:
+        f.write(struct.pack(">Q", 12345))  # offset of its first frame no longer matches its name
+    whole = open(last.path, "rb").read()
+    assert sej.next_offset(jdir) == 10
+    with pytest.warns(sej.CorruptionWarning, match="damaged frame"), sej.Writer(jdir, segment_size=200) as w:
+        assert w.recovered is None
+        assert w.next_offset == 10
+        assert w.append(b"after") == 10
+    assert open(last.path, "rb").read().startswith(whole)
+    assert quarantined(last.path) == []
+    with pytest.raises(sej.CorruptionError, match="found 12345, expected 6"), sej.Scanner(jdir, last.first_offset) as s:
+        list(s)
 
 
 def test_next_offset_helper_ignores_a_torn_tail_without_changing_it(jdir: str) -> None:

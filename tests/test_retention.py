@@ -1,4 +1,4 @@
-"""Retention (sej/retention.py, scripts/retention.py) on real journals, with real processes.
+"""Retention (sej/retention.py, sej-retention: sej/apps/retention.py) on real journals, with real processes.
 
 The acceptance test of the issue is the first group: retention never deletes a
 segment some reader (or a required reader, such as the archive job) has not fully
@@ -9,7 +9,7 @@ retention, SIGKILLed runs, malformed offset files and bad command-line input.
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import os
 import random
 import select
@@ -29,10 +29,11 @@ from sej.layout import index_path, segment_path
 from sej.lock import unlock_file
 from sej.offset import write_offset_file
 from sej.retention import LOCK_NAME, apply_retention, lock_retention, plan_retention
+from testing.timing import scaled
 
 from .conftest import REPO, popen_python
 
-SCRIPT = REPO / "scripts" / "retention.py"
+SCRIPT = "sej.apps.retention"  # sej-retention
 NS = 10**9
 T0 = 1_712_345_678_000_000_000  # message i of `build` has timestamp T0 + i seconds
 FRAME = 100  # 26 bytes of frame + a 74-byte value
@@ -88,25 +89,24 @@ def files(root: str) -> dict[str, tuple[int, int]]:
 
 
 def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run sej-retention (python -m sej.apps.retention) ARGS; fail after scaled(timeout) seconds."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
     return subprocess.run(
-        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout, env=env
+        [sys.executable, "-m", SCRIPT, *args], capture_output=True, text=True, timeout=scaled(timeout), env=env
     )
 
 
 def read_line(p: subprocess.Popen[str], timeout: float = 30) -> str:
+    """A line from the child; fail if none came in scaled(timeout) seconds."""
     assert p.stdout is not None
+    timeout = scaled(timeout)
     ready, _, _ = select.select([p.stdout], [], [], timeout)
     assert ready, f"the child printed nothing within {timeout} s"
     return p.stdout.readline()
 
 
 def script_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("retention_script", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return importlib.import_module(SCRIPT)
 
 
 # -- never an unread or unarchived segment (the acceptance test) -----------------------------------
@@ -356,8 +356,8 @@ def test_a_crash_between_the_segment_and_its_index_leaves_a_good_journal(jdir: s
         assert w.next_offset == 30
         w.append(b"%074d" % 30)
     assert read_all(jdir, 9) == list(range(9, 31))
-    check = subprocess.run([sys.executable, "-m", "sej.cmd", "verify", jdir], capture_output=True, text=True,
-                           timeout=60, env=dict(os.environ, PYTHONPATH=str(REPO)))  # fmt: skip
+    check = subprocess.run([sys.executable, "-m", "sej.apps.cli", "verify", jdir], capture_output=True, text=True,
+                           timeout=scaled(60), env=dict(os.environ, PYTHONPATH=str(REPO)))  # fmt: skip
     assert check.returncode == 0, check.stdout + check.stderr
     # The next run removes the orphan index with the segments it deletes.
     dry = cli(jdir, "--max-messages", "0", "--dry-run")
@@ -411,7 +411,7 @@ def test_sigkilled_runs_always_leave_a_readable_journal(tmp_path: Path) -> None:
     t = time.monotonic()
     assert read_line(p, 120) == "done\n"
     whole = time.monotonic() - t
-    assert p.wait(30) == 0
+    assert p.wait(scaled(30)) == 0
     seed = int(os.environ.get("SEJ_RETENTION_SEED", random.randrange(1 << 30)))
     rng = random.Random(seed)
     partial = 0
@@ -422,7 +422,7 @@ def test_sigkilled_runs_always_leave_a_readable_journal(tmp_path: Path) -> None:
         p = start_run(jdir, keep)
         time.sleep(rng.uniform(0, whole))
         p.send_signal(signal.SIGKILL)
-        p.wait(30)
+        p.wait(scaled(30))
         for f in (p.stdin, p.stdout):
             f.close()  # type: ignore[union-attr]
         left = firsts(jdir)
@@ -444,11 +444,17 @@ def test_sigkilled_runs_always_leave_a_readable_journal(tmp_path: Path) -> None:
 # -- a writer appending while retention runs -------------------------------------------------------
 
 WRITER = r"""
-import sys, time
+import os, sys, time
 import sej
-dir, n = sys.argv[1], int(sys.argv[2])
+dir, n, go_on, safety = sys.argv[1], int(sys.argv[2]), sys.argv[3], float(sys.argv[4])
+parent, deadline = os.getppid(), time.monotonic() + safety
 with sej.Writer(dir, segment_size=2000, durability="flush") as w:
     for i in range(n):
+        if i == n // 2:  # halfway, until retention has deleted segments of this open journal
+            while not os.path.exists(go_on):
+                if os.getppid() != parent or time.monotonic() > deadline:
+                    sys.exit("the test went away")
+                time.sleep(0.005)
         w.append(b"%074d" % i)
         if i % 20 == 19:
             time.sleep(0.004)
@@ -459,11 +465,14 @@ print("done", w.next_offset, flush=True)
 def test_a_writer_appending_during_retention_loses_nothing(jdir: str) -> None:
     n = 3000  # 20 messages of 100 bytes per segment: 150 segments, written over about a second
     reader_stops = n - 137
-    writer = popen_python(WRITER, jdir, str(n), stdout=subprocess.PIPE)
+    # The writer waits halfway until retention has deleted segments while it was running: however fast or
+    # slow this machine is, retention works on a journal that is being written.
+    go_on = os.path.join(os.path.dirname(jdir), "go-on")
+    writer = popen_python(WRITER, jdir, str(n), go_on, str(scaled(120)), stdout=subprocess.PIPE)
     seen: list[int] = []
     deleted_while_writing = 0
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + scaled(60)
         while not os.path.isdir(os.path.join(jdir, "jnl")):
             assert time.monotonic() < deadline and writer.poll() is None, "the writer did not start"
             time.sleep(0.01)
@@ -485,14 +494,16 @@ def test_a_writer_appending_during_retention_loses_nothing(jdir: str) -> None:
                 finally:
                     unlock_file(lock)
                 deleted_while_writing += len(result.deleted) if running else 0
+                if deleted_while_writing and not os.path.exists(go_on):
+                    open(go_on, "w").close()
                 if not running and scanner.offset == reader_stops:
                     break
-        assert writer.wait(30) == 0
+        assert writer.wait(scaled(30)) == 0
         assert writer.stdout is not None and writer.stdout.read() == f"done {n}\n"
     finally:
         if writer.poll() is None:
             writer.kill()
-            writer.wait(30)
+            writer.wait(scaled(30))
     assert seen == list(range(reader_stops)), "the reader saw every message once, in order"
     assert deleted_while_writing > 0, "retention deleted segments while the writer was appending"
     with sej.Offset(jdir, "hub") as hub:
@@ -566,14 +577,14 @@ def test_a_second_run_is_refused_while_another_holds_the_lock(tmp_path: Path) ->
         r = cli(root, "--max-messages", "0")
         assert r.returncode == 1
         lock = os.path.join(root, "c2.0", LOCK_NAME)
-        assert r.stderr == f"retention: error: another retention run holds the lock {lock}; nothing deleted\n"
+        assert r.stderr == f"sej-retention: error: another retention run holds the lock {lock}; nothing deleted\n"
         assert r.stdout == "" and files(root) == before
         dry = cli(root, "--max-messages", "0", "--dry-run")  # a dry run needs no lock
         assert dry.returncode == 0 and "would delete" in dry.stdout and files(root) == before
     finally:
         assert holder.stdin is not None
         holder.stdin.close()
-        holder.wait(30)
+        holder.wait(scaled(30))
     r = cli(root, "--max-messages", "0")
     assert r.returncode == 0 and "deleted 12 segments" in r.stdout, r.stdout + r.stderr
 
@@ -587,7 +598,7 @@ def test_cli_reports_a_broken_journal_and_goes_on_with_the_others(tmp_path: Path
     r = cli(root, "--max-messages", "0")
     assert r.returncode == 1
     lines = r.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"retention: error: {c1}: ") and "archive.ofs" in lines[0]
+    assert len(lines) == 1 and lines[0].startswith(f"sej-retention: error: {c1}: ") and "archive.ofs" in lines[0]
     assert "3 bytes" in lines[0] and "Traceback" not in r.stderr
     assert files(c1) == before
     assert firsts(c2) == [30] and r.stdout.splitlines()[-1].endswith("in 1 of 2 journals; 1 failed")
@@ -635,6 +646,33 @@ def test_cli_bad_input_gives_one_error_line_and_exit_2(jdir: str, args: list[str
     r = cli(*(a.format(j=jdir) for a in args))
     assert r.returncode == 2, r.stdout + r.stderr
     lines = r.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("retention: error: ") and needle in lines[0], r.stderr
+    assert len(lines) == 1 and lines[0].startswith("sej-retention: error: ") and needle in lines[0], r.stderr
     assert "Traceback" not in r.stderr and r.stdout == ""
     assert files(jdir) == before
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink"])
+def test_a_fifo_or_symlink_in_ofs_is_refused_instead_of_hanging_the_run(tmp_path: Path, kind: str) -> None:
+    """A FIFO in a journal's ofs/ hung sej-retention forever in open(), while it held retention.lck.
+    A symlink was followed to whatever 8 bytes it pointed at, and counted as a reader's offset."""
+    root = hub_root(tmp_path)
+    c1, c2 = os.path.join(root, "c1.0"), os.path.join(root, "c2.0")
+    bad = os.path.join(c2, "ofs", "spark.ofs")
+    if kind == "fifo":
+        os.mkfifo(bad)
+    else:
+        target = tmp_path / "eight-bytes"
+        target.write_bytes(b"\0\0\0\0\0\0\0\x30")  # would let the reader "spark" pass every segment
+        os.symlink(target, bad)
+    before = files(c2) if kind == "symlink" else None
+    r = cli(root, "--max-messages", "0", timeout=60)  # hung forever before (fifo)
+    assert r.returncode == 1, r.stdout + r.stderr
+    what = "FIFO" if kind == "fifo" else "symlink"
+    assert r.stderr == f"sej-retention: error: {c2}: {bad} is a {what}, not a regular file: refusing to open it\n"
+    assert firsts(c2) == list(range(0, 31, 3)), "nothing deleted in the journal with the bad reader"
+    assert firsts(c1)[0] == 6 and r.stdout.splitlines()[-1].endswith("in 1 of 2 journals; 1 failed")
+    if before is not None:
+        assert files(c2) == before
+    with pytest.raises(sej.UnsafeFileError, match=f"is a {what}"):
+        plan_retention(c2, max_messages=0)
+    unlock_file(lock_retention(c2))  # the run released its lock

@@ -14,6 +14,7 @@ import pytest
 import sej
 from sej.layout import index_path
 from sej.message import encode
+from testing.timing import scaled, wait_until_scanner_waits
 
 
 def build(jdir: str, n: int, segment_size: int = 1 << 30, **kw) -> None:
@@ -116,7 +117,7 @@ def test_timeout_ends_iteration_and_iterating_again_continues(jdir: str) -> None
     t0 = time.monotonic()
     assert [m.value for m in s] == [b"a"]
     waited = time.monotonic() - t0
-    assert 0.25 <= waited < 2.0
+    assert 0.25 <= waited < scaled(2.0)
     w.append(b"b")
     w.append(b"c")
     w.flush()
@@ -149,7 +150,7 @@ def test_follows_a_writer_thread_across_rollovers(jdir: str) -> None:
             if i % 100 == 0:
                 time.sleep(0.001)
 
-    with sej.Scanner(jdir, 0, timeout=5) as s:
+    with sej.Scanner(jdir, 0, timeout=scaled(5)) as s:
         t = threading.Thread(target=produce)
         t.start()
         got = []
@@ -157,7 +158,7 @@ def test_follows_a_writer_thread_across_rollovers(jdir: str) -> None:
             got.append(m)
             if len(got) == n:
                 break
-        t.join(30)
+        t.join(scaled(30))
     w.close()
     assert [m.offset for m in got] == list(range(n))
     assert [m.value for m in got] == [b"m%d" % i for i in range(n)]
@@ -167,19 +168,23 @@ def test_follows_a_writer_thread_across_rollovers(jdir: str) -> None:
 def test_waits_for_a_journal_that_does_not_exist_yet(tmp_path) -> None:
     d = str(tmp_path / "j")
     os.mkdir(d)
-    s = sej.Scanner(d, 0, timeout=5)
+    s = sej.Scanner(d, 0, timeout=scaled(30))
+    waiting = threading.current_thread()
+    created: list[float] = []
 
     def later() -> None:
-        time.sleep(0.3)
+        wait_until_scanner_waits(waiting)  # in next(s) below, for the journal to appear
+        created.append(time.monotonic())
         with sej.Writer(d) as w:
             w.append(b"first")
 
     t = threading.Thread(target=later)
     t.start()
-    t0 = time.monotonic()
     m = next(s)
-    assert m.value == b"first" and time.monotonic() - t0 < 4
+    got_at = time.monotonic()
     t.join()
+    assert created, "the scanner never waited"
+    assert m.value == b"first" and got_at - created[0] < scaled(4), "noticed by the watch, not at the timeout"
     s.close()
 
 
@@ -202,7 +207,7 @@ def test_incomplete_last_message_is_waited_for_never_returned(jdir: str) -> None
 def test_truncation_under_the_scanner_fails_fast(jdir: str) -> None:
     build(jdir, 100)
     (seg,) = sej.list_segments(jdir)
-    s = sej.Scanner(jdir, 0, timeout=30)
+    s = sej.Scanner(jdir, 0, timeout=scaled(30))
     for m in s:
         if m.offset == 99:
             break
@@ -216,11 +221,11 @@ def test_truncation_under_the_scanner_fails_fast(jdir: str) -> None:
 
     t = threading.Thread(target=wait)
     t.start()
-    time.sleep(0.2)
+    wait_until_scanner_waits(t)  # for more data
     t0 = time.monotonic()
     os.truncate(seg.path, os.path.getsize(seg.path) // 2)
-    t.join(10)
-    assert time.monotonic() - t0 < 2.0
+    t.join(scaled(10))
+    assert time.monotonic() - t0 < scaled(2.0)
     assert len(result) == 1 and isinstance(result[0], sej.TruncatedError)
     assert seg.path in str(result[0])
     s.close()

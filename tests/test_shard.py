@@ -21,6 +21,7 @@ from sej.shard import (
     merged_scan,
     parse_shard,
 )
+from testing.timing import scaled
 
 from .conftest import popen_python, run_python
 
@@ -234,7 +235,7 @@ def test_sharded_writer_in_one_process_scanners_of_every_shard_in_another(tmp_pa
         expected.setdefault(format_shard("p", 3, router.shard_of(b"key-%d" % i)), []).append(b"value-%d" % i)
     for name in expected:
         os.makedirs(os.path.join(root, name))  # scanners start before the writer exists
-    scanners = {name: sej.Scanner(os.path.join(root, name), 0, timeout=10) for name in expected}
+    scanners = {name: sej.Scanner(os.path.join(root, name), 0, timeout=scaled(10)) for name in expected}
     producer = popen_python(SHARDED_PRODUCER, root, str(n), stderr=subprocess.PIPE)
     try:
         got: dict[str, list[bytes]] = {}
@@ -243,7 +244,7 @@ def test_sharded_writer_in_one_process_scanners_of_every_shard_in_another(tmp_pa
                 got.setdefault(name, []).append(m.value)
                 if len(got[name]) == len(expected[name]):
                     break
-        assert producer.wait(60) == 0, producer.stderr.read() if producer.stderr else ""
+        assert producer.wait(scaled(60)) == 0, producer.stderr.read() if producer.stderr else ""
     finally:
         producer.kill()
         for s in scanners.values():
@@ -286,7 +287,7 @@ def test_shard_watch_notices_new_shards(tmp_path) -> None:
             assert [str(s.name) for s in watch.new()] == ["w.4.000"]
             assert watch.new() == []
             w.append(b"v", key=b"5")
-            deadline = time.monotonic() + 5
+            deadline = time.monotonic() + scaled(5)
             found: list[str] = []
             while not found and time.monotonic() < deadline:
                 watch.wait(1.0)

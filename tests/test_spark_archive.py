@@ -1,4 +1,4 @@
-"""The Parquet archive job (sej/spark/archive.py, scripts/archive.py) on a real local Spark."""
+"""The Parquet archive job (sej/spark/archive.py, sej-archive: sej/apps/archive.py) on a real local Spark."""
 
 from __future__ import annotations
 
@@ -31,10 +31,11 @@ from sej.spark.archive import (
     verify,
 )
 from sej.spark.plan import find_sources, split_name
+from testing.timing import scaled
 
 from .conftest import REPO, run_python
 
-SCRIPT = str(REPO / "scripts" / "archive.py")
+SCRIPT = "sej.apps.archive"  # sej-archive
 T0 = 1_700_000_000_000_000_000
 EPOCH = dt.datetime(1970, 1, 1)
 
@@ -271,9 +272,12 @@ def test_library_errors_name_the_bad_value(spark, tmp_path) -> None:
         archive(spark, root, dest)
 
 
-def run_script(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def run_script(*args: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+    """Run sej-archive (python -m sej.apps.archive, which starts a Spark); `timeout` defaults to scaled(300) s."""
     env = dict(os.environ, PYTHONPATH=str(REPO), SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
-    return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True, timeout=timeout, env=env)
+    cmd = [sys.executable, "-m", SCRIPT, *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=scaled(300) if timeout is None else timeout,
+                          env=env)  # fmt: skip
 
 
 def test_the_script_archives_end_to_end_and_a_second_run_has_nothing_to_do(spark, tmp_path) -> None:
@@ -310,7 +314,7 @@ def test_the_script_reports_bad_input_in_one_line_and_yields_to_a_running_archiv
     ]:
         p = run_script(*args)
         assert p.returncode == 2, (args, p.stderr)
-        assert p.stderr.count("\n") == 1 and p.stderr.startswith("archive: error: ") and needle in p.stderr
+        assert p.stderr.count("\n") == 1 and p.stderr.startswith("sej-archive: error: ") and needle in p.stderr
         assert "Traceback" not in p.stderr and p.stdout == ""
     os.makedirs(dest)
     fh = lock_file(lock_path(dest))
@@ -319,7 +323,7 @@ def test_the_script_reports_bad_input_in_one_line_and_yields_to_a_running_archiv
     finally:
         unlock_file(fh)
     assert p.returncode == 0 and p.stdout == ""
-    assert p.stderr == f"archive: another run holds the lock {lock_path(dest)}; nothing to do\n"
+    assert p.stderr == f"sej-archive: another run holds the lock {lock_path(dest)}; nothing to do\n"
     assert Counter(os.listdir(dest)) == Counter([".archive.lck"])
     debug = run_script(str(tmp_path / "nowhere"), dest, "--debug")
     assert debug.returncode != 0 and "Traceback" in debug.stderr

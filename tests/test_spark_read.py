@@ -15,8 +15,10 @@ import sej  # noqa: E402
 from sej.errors import CorruptionError, CorruptionWarning, DataLossError  # noqa: E402
 from sej.message import NO_TIMESTAMP, check_frame, decode_batch  # noqa: E402
 from sej.spark import read  # noqa: E402
-from sej.spark.plan import SegmentPart, Source, plan_range  # noqa: E402
-from sej.spark.read import ARROW_SCHEMA, decode_columns, micros, read_part  # noqa: E402
+from sej.spark.plan import JournalSource as Source  # noqa: E402
+from sej.spark.plan import SegmentPart, plan_range  # noqa: E402
+from sej.spark.read import decode_columns, micros, read_part  # noqa: E402
+from sej.spark.schema import ARROW_SCHEMA  # noqa: E402
 
 Row = tuple[int, "int | None", int, bytes, bytes]  # offset, timestamp (us), type, key, value
 

@@ -12,6 +12,7 @@ import pytest
 
 import sej
 from sej.offset import read_offset_file
+from testing.timing import scaled, wait_until
 
 from .conftest import popen_python
 from .test_spark_batch import scanner_rows
@@ -36,11 +37,14 @@ def run_available_now(spark, root: str, ck: str, out: str, **options: str) -> li
         .trigger(availableNow=True)
         .start()
     )
+    limit = scaled(180)
     try:
-        finished = q.awaitTermination(180)
+        finished = q.awaitTermination(limit)
     except Exception as e:  # the query failed: awaitTermination raises its exception
         raise RuntimeError(str(e)) from None
-    assert finished, "availableNow query did not finish in 180 s"
+    if not finished:
+        q.stop()
+    assert finished, f"availableNow query did not finish in {limit:g} s"
     return [int(p["numInputRows"]) for p in q.recentProgress]
 
 
@@ -63,11 +67,13 @@ def test_share_rows_is_fair_bounded_and_always_progresses() -> None:
 WRITER = r"""
 import os, sys, time
 import sej
-root, stop = sys.argv[1], sys.argv[2]
-deadline = time.monotonic() + 120
+root, stop, safety = sys.argv[1], sys.argv[2], float(sys.argv[3])
+parent, deadline = os.getppid(), time.monotonic() + safety  # in case the test dies without creating the file
 i = 0
 with sej.ShardedWriter(root, "p", shard_bit=2, segment_size=16_000) as w:
-    while not os.path.exists(stop) and time.monotonic() < deadline:
+    while not os.path.exists(stop):
+        if os.getppid() != parent or time.monotonic() > deadline:
+            sys.exit("the test went away without creating the stop file")
         w.append(b"value-%06d" % i, key=b"k%d" % i, type=i % 3)
         i += 1
         if i % 10 == 0:  # about 100 messages a second
@@ -85,14 +91,16 @@ def test_available_now_with_a_limit_reads_everything_exactly_once_across_restart
         for i in range(SEED):
             w.append(b"seed-%d" % i, key=b"seed-%d" % i)
     stop = str(tmp_path / "stop")
-    writer = popen_python(WRITER, root, stop, stdout=subprocess.PIPE)
+    # It appends until the stop file exists (or the test process is gone, or a safety deadline far beyond the
+    # test's own has passed).
+    writer = popen_python(WRITER, root, stop, str(scaled(900)), stdout=subprocess.PIPE)
     try:
         batches: list[int] = []
         for _ in range(3):  # restarts from the checkpoint while the writer appends
             batches += run_available_now(spark, root, ck, out, maxRecordsPerTrigger=str(LIMIT), queryName="q")
             assert writer.poll() is None, "the writer must still be appending while the query runs"
         open(stop, "w").close()
-        out_text, _ = writer.communicate(timeout=60)
+        out_text, _ = writer.communicate(timeout=scaled(60))
         assert writer.returncode == 0 and out_text.startswith("done")
         written = int(out_text.split()[1])
     finally:
@@ -139,9 +147,12 @@ def test_a_replayed_micro_batch_reads_exactly_the_same_rows(spark, tmp_path) -> 
             .start()
         )
         try:
-            q.awaitTermination(180)
+            finished = q.awaitTermination(scaled(180))
         except Exception as e:  # awaitTermination raises the query's failure
             return e
+        if not finished:
+            q.stop()
+            raise AssertionError(f"availableNow query did not finish in {scaled(180):g} s")
         return q.exception()
 
     assert run() is not None and failed == [1]
@@ -279,15 +290,21 @@ def test_stream_keeps_up_with_a_short_writer_then_stops(spark, tmp_path) -> None
                 w.append(b"more-%d" % i)
                 w.flush()
                 time.sleep(0.1)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and spark.table("live_rows").count() < 6:  # type: ignore[attr-defined]
-            time.sleep(0.2)
+
+        def rows() -> int:
+            assert q.isActive, f"the query stopped: {q.exception()}"
+            return spark.table("live_rows").count()  # type: ignore[attr-defined,no-any-return]
+
+        wait_until(lambda: rows() >= 6, scaled(60), "the query to read all 6 messages", interval=0.2)
         assert sorted(r.offset for r in spark.table("live_rows").collect()) == list(range(6))  # type: ignore[attr-defined]
-        deadline = time.monotonic() + 30  # the next batch commits the previous one's end
-        while time.monotonic() < deadline and (read_offset_file(os.path.join(j, "ofs", "spark-live.ofs")) or 0) < 6:
-            with sej.Writer(j) as w:
+
+        def committed_all() -> bool:
+            if (read_offset_file(os.path.join(j, "ofs", "spark-live.ofs")) or 0) >= 6:
+                return True
+            with sej.Writer(j) as w:  # the next batch commits the previous one's end: give it one
                 w.append(b"tick")
-            time.sleep(0.5)
-        assert (read_offset_file(os.path.join(j, "ofs", "spark-live.ofs")) or 0) >= 6
+            return False
+
+        wait_until(committed_all, scaled(30), "the query's reader offset to pass the 6 messages", interval=0.5)
     finally:
         q.stop()

@@ -1,4 +1,4 @@
-"""The `sshd` fixture (tests/sshd.py) really is an OpenSSH server that the sej.hub tests can rely on."""
+"""The `sshd` fixture (testing/sshd.py) really is an OpenSSH server that the sej.hub tests can rely on."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from .sshd import Sshd, descendants, keygen
+from testing.sshd import Sshd, descendants, keygen
+from testing.timing import scaled
 
 
 def test_sftp_lists_and_reads_a_local_file(sshd: Sshd, tmp_path: Path) -> None:
@@ -67,10 +68,10 @@ def test_an_unknown_host_is_refused(sshd: Sshd, tmp_path: Path) -> None:
 
 
 def test_only_public_key_authentication_is_offered(sshd: Sshd) -> None:
-    with socket.create_connection((sshd.host, sshd.port), timeout=10) as sock:
+    with socket.create_connection((sshd.host, sshd.port), timeout=scaled(10)) as sock:
         transport = paramiko.Transport(sock)
         try:
-            transport.start_client(timeout=10)
+            transport.start_client(timeout=scaled(10))
             with pytest.raises(paramiko.BadAuthenticationType) as e:
                 transport.auth_none(sshd.user)
             assert e.value.allowed_types == ["publickey"]  # neither password nor keyboard-interactive
@@ -89,7 +90,7 @@ def test_kill_connections_cuts_an_open_sftp_session_and_the_server_keeps_serving
     client = sshd.paramiko_client()
     try:
         sftp = client.open_sftp()
-        sftp.get_channel().settimeout(10)  # a hang would be a failure, not a stuck test
+        sftp.get_channel().settimeout(scaled(10))  # a hang would be a failure, not a stuck test
         f = sftp.open(str(tmp_path / "f"), "rb")
         assert f.read(10) == b"x" * 10
         assert sshd.connections(), "an open connection has its sshd processes"
@@ -127,7 +128,7 @@ def test_a_server_stops_by_its_own_pid_with_its_connections(sshd: Sshd) -> None:
     try:
         assert not directory.exists()
         assert not _alive(pid)
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + scaled(5)
         while any(_alive(p) for p in connection) and time.monotonic() < deadline:
             time.sleep(0.02)
         assert not any(_alive(p) for p in connection), "connection processes die with the server"
@@ -151,7 +152,7 @@ def test_throughput_sftp_versus_scp(sshd: Sshd, tmp_path: Path) -> None:
         subprocess.run(
             ["scp", "-q", "-P", str(sshd.port), *sshd.ssh_options(), f"{sshd.user}@{sshd.host}:{source}", str(dest)],
             check=True,
-            timeout=120,
+            timeout=scaled(120),
         )
 
     def timed(name: str, dest: Path, fn: Callable[[], None]) -> None:

@@ -10,6 +10,7 @@ import pytest
 import sej
 from sej.layout import segment_name
 from sej.message import OVERHEAD
+from testing.timing import scaled
 
 from .conftest import run_python
 
@@ -256,8 +257,8 @@ def test_sync_mode_group_commit_from_many_threads(jdir: str) -> None:
         for t in threads:
             t.start()
         for t in threads:
-            t.join(60)
-        assert w._durable == w._written, "every acknowledged byte was fsynced"
+            t.join(scaled(60))
+        assert w._commit.durable == w._written, "every acknowledged byte was fsynced"
     assert not errors
     msgs = read_all(jdir)
     assert [m.offset for m in msgs] == list(range(n_threads * per_thread))

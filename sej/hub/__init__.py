@@ -1,8 +1,14 @@
-"""The hub: copy producers' journals into `<hub-root>/<client-id>.<journal>`, exactly once."""
+"""The hub: copy producers' journals into `<hub-root>/<client-id>.<journal>`, exactly once.
+
+The library of `sej copy`, `sej-hub`, `sej-hub-cron` and the main job (sej.apps): where
+to copy from (location: a local path or ssh://), what is read there (source, ssh), the
+copy itself (copy), hub.toml (config) and the daemon's passes (daemon).
+"""
 
 from __future__ import annotations
 
 from .copy import CopyError, CopyResult, JournalOutcome, copy_all, copy_journal
+from .location import Origin, Sources, open_sources
 from .names import check_client_id, destination_name
 from .source import LocalSource, SftpSource, Source, SourceError
 
@@ -11,11 +17,14 @@ __all__ = [
     "CopyResult",
     "JournalOutcome",
     "LocalSource",
+    "Origin",
     "SftpSource",
     "Source",
     "SourceError",
+    "Sources",
     "check_client_id",
     "copy_all",
     "copy_journal",
     "destination_name",
+    "open_sources",
 ]

@@ -37,6 +37,7 @@ from typing import Any
 
 from ..errors import InvalidArgumentError
 from ..layout import check_reader_name
+from .location import Origin
 from .names import check_client_id
 
 MAX_WORKERS = 64
@@ -72,14 +73,18 @@ class ClientConfig:
     def is_local(self) -> bool:
         return self.local_root is not None
 
+    @property
+    def origin(self) -> Origin:
+        """Where the client's journals are, to open with sej.hub.location.open_sources."""
+        if self.local_root is not None:
+            return Origin(self.local_root)
+        assert self.host is not None and self.remote_root is not None  # parse_config checked it
+        return Origin(self.remote_root, self.host, self.port, self.user, self.identity_file, self.known_hosts,
+                      self.accept_new_host_key)  # fmt: skip
+
     def describe(self) -> str:
         """Where the client's journals are, for messages: a local path or ssh://[user@]host[:port]/root."""
-        if self.local_root is not None:
-            return self.local_root
-        user = f"{self.user}@" if self.user else ""
-        port = f":{self.port}" if self.port else ""
-        root = self.remote_root or ""
-        return f"ssh://{user}{self.host}{port}{'' if root.startswith('/') else '/~/'}{root}"
+        return str(self.origin)
 
 
 @dataclass(frozen=True)

@@ -18,12 +18,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 from .. import index as idx
+from ..appender import SegmentAppender
 from ..errors import SejError
-from ..layout import index_path, list_segments, segment_dir, segment_path, writer_lock_path
+from ..frames import HEADER, I32, NO_TIMESTAMP, frame_total, walk_frames
+from ..layout import index_dir, list_segments, segment_dir, segment_name, writer_lock_path
 from ..lock import lock_file, unlock_file
-from ..message import NO_TIMESTAMP
-from ..recovery import fsync_dir, recover_tail
-from ..segment import _frame_total, next_entry_after, walk_frames
+from ..segment import chain_back, next_entry_after
 from .names import destination_name
 from .source import Source, SourceSegment
 
@@ -56,70 +56,80 @@ class _Destination:
 
     def __init__(self, dir: str) -> None:
         self.dir = dir
-        os.makedirs(segment_dir(dir), exist_ok=True)
-        os.makedirs(os.path.join(dir, "idx"), exist_ok=True)
+        os.makedirs(segment_dir(dir), exist_ok=True)  # a journal, also before its first segment
+        os.makedirs(index_dir(dir), exist_ok=True)
         self.lock = lock_file(writer_lock_path(dir))
-        self.fd = -1
-        self.name = ""
-        self.size = 0
+        self.seg: SegmentAppender | None = None
         self.next: int | None = None
         self.max_ts = NO_TIMESTAMP
-        self.index: idx.Appender | None = None
         self.unsynced = 0  # bytes written since the last fsync
         try:
-            segments = list_segments(dir)
-            if segments:
-                last = segments[-1]
-                tail = recover_tail(dir, last)  # a torn tail from an interrupted copy is cut aside
-                self._open(last.first_offset, tail.walk.end, tail.walk.max_ts)
-                self.next = tail.walk.next_offset
-                self.index = idx.Appender(index_path(dir, last.first_offset), tail.sparse_index, tail.index_on_disk)
+            if list_segments(dir):
+                self.seg = SegmentAppender(dir)  # a torn tail from an interrupted copy is cut aside
+                self.next, self.max_ts = self.seg.next_offset, self.seg.max_ts
         except BaseException:
             self.close()
             raise
 
-    def _open(self, first: int, size: int, max_ts: int) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-        path = segment_path(self.dir, first)
-        self.fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
-        self.name = os.path.basename(path)
-        self.size = size
-        self.max_ts = max_ts
+    @property
+    def name(self) -> str:
+        return segment_name(self.seg.first) if self.seg is not None else ""
+
+    @property
+    def size(self) -> int:
+        return self.seg.size if self.seg is not None else 0
+
+    @property
+    def index(self) -> idx.Appender | None:
+        return self.seg.index if self.seg is not None else None
 
     def start_segment(self, first: int) -> None:
         """Begin the segment named `first` (the source's next segment)."""
         self.sync()
-        self._open(first, 0, NO_TIMESTAMP)
-        fsync_dir(segment_dir(self.dir))
+        if self.seg is None:
+            self.seg = SegmentAppender(self.dir, start_offset=first)
+        else:
+            previous = self.seg.start(first)
+            if previous is not None:
+                previous.close()
         self.next = first
-        self.index = idx.Appender(index_path(self.dir, first), idx.SparseIndex(first), False)
+        self.max_ts = NO_TIMESTAMP
 
     def read_tail(self, size: int) -> bytes:
         """The last `size` bytes of the current segment."""
         start = max(0, self.size - size)
-        return os.pread(self.fd, self.size - start, start) if self.fd >= 0 else b""
+        return os.pread(self.seg.fd, self.size - start, start) if self.seg is not None else b""
 
     def write(self, data: bytes | memoryview) -> None:
-        view = memoryview(data)
-        done = 0
-        while done < len(view):
-            done += os.write(self.fd, view[done:])
-        self.size += done
-        self.unsynced += done
+        assert self.seg is not None
+        before = self.seg.size
+        try:
+            self.seg.write(data)
+        finally:
+            self.unsynced += self.seg.size - before
+
+    def cut(self, size: int) -> None:
+        """Drop the bytes of the current segment from `size` on (a frame copied only in part)."""
+        assert self.seg is not None
+        os.ftruncate(self.seg.fd, size)
+        self.unsynced += self.seg.size - size
+        self.seg.size = size
 
     def sync(self) -> None:
-        if self.fd >= 0 and self.unsynced:
-            os.fsync(self.fd)
+        if self.seg is None:
+            return
+        if self.unsynced:
+            self.seg.sync()
             self.unsynced = 0
-        if self.index is not None:
-            self.index.flush()
+        else:
+            self.seg.index.flush()
 
     def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-        unlock_file(self.lock)
+        try:
+            if self.seg is not None:
+                self.seg.close()
+        finally:
+            unlock_file(self.lock)
 
 
 def copy_journal(
@@ -254,11 +264,87 @@ def _copy_segment(
                 f"{where}: corrupt frame in {source.describe(journal, seg.name)} at byte "
                 f"{pos + f.used}: {f.problem.reason}; copying stopped before it"
             )
+        start, avail = pos + f.used, len(data) - f.used
         if len(data) < want:
-            return messages, copied, False  # the end for now: a message still being written
-        total = _frame_total(data, f.used, len(data))
-        want = max(chunk, total or 2 * want)  # a message bigger than a read
+            # The end for now: a message still being written, unless whole frames follow it.
+            resume = chain_back(lambda p, n: source.read(journal, seg.name, p, n), start, start + avail, dest.next)
+            if resume is not None:
+                raise CopyError(
+                    f"{where}: corrupt frame in {source.describe(journal, seg.name)} at byte {start}: "
+                    f"{f.problem.reason}, but whole frames for offsets {dest.next + 1}..{resume.next_offset - 1} "
+                    "follow it; copying stopped before it"
+                )
+            return messages, copied, False
+        total = frame_total(data, 0, len(data))
+        if f.used or total is None:
+            want = chunk if f.used else 2 * want  # read again from the unfinished frame's start
+            continue
+        # A frame bigger than a read: checked by its trailing size, then streamed in reads of `chunk`
+        # bytes, so that memory stays bounded whatever size a frame claims.
+        if not _copy_big_frame(source, journal, seg, dest, where, start, total, data, chunk, stop, on_bytes):
+            return messages, copied, False
+        ts = HEADER.unpack_from(data, 0)[1]
+        if ts > dest.max_ts:
+            dest.max_ts = ts
+        if start >= next_entry:
+            index.add(dest.next, start, dest.max_ts)
+            next_entry = start + idx.INTERVAL
+        messages += 1
+        copied += total
+        dest.next += 1
+        want = chunk
     return messages, copied, True
+
+
+def _copy_big_frame(
+    source: Source,
+    journal: str,
+    seg: SourceSegment,
+    dest: _Destination,
+    where: str,
+    start: int,
+    total: int,
+    head: bytes,
+    chunk: int,
+    stop: threading.Event | None,
+    on_bytes: Callable[[int], None] | None,
+) -> bool:
+    """Copy the `total`-byte frame at `start` whose first bytes are `head`; False if not all there yet.
+
+    Whatever stops it midway (a stop request, an error) cuts the destination back to `start`.
+    """
+    trailer = source.read(journal, seg.name, start + total - 4, 4)
+    if len(trailer) < 4:
+        return False
+    if I32.unpack(trailer)[0] != total:
+        raise CopyError(
+            f"{where}: corrupt frame in {source.describe(journal, seg.name)} at byte {start}: its size field "
+            f"says {I32.unpack(trailer)[0]}, the frame is {total} bytes; copying stopped before it"
+        )
+    done = 0
+    piece = head
+    try:
+        while True:
+            dest.write(piece)
+            done += len(piece)
+            if done >= total:
+                break
+            if stop is not None and stop.is_set():
+                dest.cut(start)
+                return False
+            piece = source.read(journal, seg.name, start + done, min(chunk, total - done))
+            if not piece:
+                raise CopyError(
+                    f"{where}: {source.describe(journal, seg.name)} shrank under the copy at byte {start + done}"
+                )
+        if dest.read_tail(4) != I32.pack(total):  # what was read, not only what was checked first
+            raise CopyError(f"{where}: {source.describe(journal, seg.name)} changed under the copy at byte {start}")
+    except BaseException:
+        dest.cut(start)
+        raise
+    if on_bytes is not None:
+        on_bytes(total)
+    return True
 
 
 class JournalOutcome(NamedTuple):

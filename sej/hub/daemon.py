@@ -12,8 +12,14 @@ it on SIGTERM/SIGINT) ends every copy after its current chunk, which the copy
 engine always completes with an fsync.
 
 Every wait is bounded: connecting (CONNECT_TIMEOUT), each SFTP read (IO_TIMEOUT),
-every other call to a producer (STALL_TIMEOUT, enforced by a watchdog that closes a
-stalled connection), the pause between passes, and stopping (STOP_TIMEOUT).
+every other call to a producer (STALL_TIMEOUT, enforced by a watchdog), the pause
+between passes, and stopping (STOP_TIMEOUT). Each pass runs in a thread of its own
+that the client only waits for: when a call stalls, the watchdog closes the client's
+SSH connection (the call then fails) and the client stops waiting for the pass,
+which is reported as failed (StalledError); a local call stuck in the kernel (a
+hung network filesystem) cannot be interrupted, so its pass is abandoned and no
+new pass of that client starts until it returns. A process that exits with such
+a thread still stuck ends with os._exit (sej-hub: sej.apps.hub.exit_process).
 """
 
 from __future__ import annotations
@@ -29,22 +35,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import IO
 
-import paramiko
-
 from ..errors import SejError
+from ..layout import HUB_LOCK
 from ..lock import lock_file
 from .config import ClientConfig, HubConfig
 from .copy import JournalOutcome, copy_all
-from .source import LocalSource, Source, SourceSegment
-from .ssh import connect, resolve, sftp_sources
+from .location import Sources, open_sources, transport_errors
+from .source import CONNECT_TIMEOUT, IO_TIMEOUT, Source, SourceSegment
 
 log = logging.getLogger("sej.hub")
-
-CONNECT_TIMEOUT = 15.0
-"""Seconds for a TCP connection, the SSH banner and authentication."""
-
-IO_TIMEOUT = 60.0
-"""Seconds an SFTP channel may stay silent before its read fails (a dead link, not a slow one)."""
 
 STALL_TIMEOUT = 300.0
 """Seconds a call to a producer (opening an SFTP channel, listing, reading a chunk, committing) may take
@@ -54,8 +53,15 @@ producer whose sshd hangs would otherwise block its client for good; 32 MiB in 3
 WATCH_INTERVAL = 1.0
 """How often the watchdog looks for stalled calls."""
 
-STOP_TIMEOUT = 30.0
-"""Seconds `run_forever` waits for the clients' current chunks after `stop` was set."""
+STOP_TIMEOUT = 2.0
+"""Seconds a pass may take to finish its current chunk after `stop` was set. Then the client's SSH
+connection is closed and, ABANDON_GRACE later, a pass still running is abandoned: SIGTERM ends
+sej-hub within seconds whatever it is doing. Abandoning is safe: the hub's offset on a source
+moves only after the copied bytes are fsynced, and the next copy cuts a torn tail aside."""
+
+ABANDON_GRACE = 2.0
+"""Seconds a pass may take to end after its connection was closed (by the watchdog, or after stop), before
+the client stops waiting for it."""
 
 SUMMARY_INTERVAL = 60.0
 """In forever mode each pass logs at DEBUG; what a client copied is summed up at INFO this often."""
@@ -63,8 +69,12 @@ SUMMARY_INTERVAL = 60.0
 SUPERVISE_INTERVAL = 0.1
 """How often `run_forever`'s calling thread looks at `stop` (it never waits on it: see run_forever)."""
 
-LOCK_NAME = ".hub.lck"
+LOCK_NAME = HUB_LOCK
 """The lock file in hub_root that one hub process (sej-hub, or a cron run) holds at a time."""
+
+
+class StalledError(SejError):
+    """A call to a producer did not return within STALL_TIMEOUT (or in time after stop): the pass was left."""
 
 
 @dataclass
@@ -137,11 +147,6 @@ def lock_hub(config: HubConfig) -> IO[str]:
     return lock_file(lock_path(config))
 
 
-def _is_alive(client: paramiko.SSHClient) -> bool:
-    transport = client.get_transport()
-    return transport is not None and transport.is_active()
-
-
 class _Watched:
     """A Source whose calls the client's watchdog can see (how long each has been running)."""
 
@@ -183,13 +188,15 @@ class _Client:
     def __init__(self, hub: HubConfig, cfg: ClientConfig) -> None:
         self.hub = hub
         self.cfg = cfg
-        self.ssh: paramiko.SSHClient | None = None
+        self.remote: Sources | None = None  # the producer's Sources over SSH: one connection, kept between passes
         self.label = cfg.describe()
         self.failures = 0  # failed passes in a row
         self.connects = 0  # SSH connections made (for tests and logs)
         self._calls: dict[int, float] = {}  # calls to the producer under way: token -> when they started
         self._calls_lock = threading.Lock()
         self._tokens = itertools.count()
+        self._stalled = threading.Event()  # set by the watchdog: the pass under way is stuck in a call
+        self._pass: threading.Thread | None = None  # the last pass started (alive: running, or abandoned)
 
     @contextmanager
     def call(self) -> Iterator[None]:
@@ -204,48 +211,103 @@ class _Client:
                 del self._calls[token]
 
     def close_if_stalled(self, limit: float) -> bool:
-        """Close the connection when a call has been under way for more than `limit` seconds.
-
-        Every call blocked on it then fails, so the pass ends and the next one reconnects.
+        """When a call has been under way for more than `limit` seconds: mark the pass stalled and close the
+        connection, if any. Every call blocked on the connection then fails, so the pass ends and the next one
+        reconnects; a pass stuck in a local call is abandoned (see run_pass_bounded). True if it acted.
         """
         with self._calls_lock:
             oldest = min(self._calls.values(), default=None)
-        ssh = self.ssh
-        if oldest is None or ssh is None or time.monotonic() - oldest <= limit:
+        if oldest is None or self._stalled.is_set() or time.monotonic() - oldest <= limit:
             return False
+        remote = self.remote
         log.error(
-            "client %s: %s has not answered for %.0fs; closing the connection", self.cfg.client_id, self.label, limit
+            "client %s: a call to %s has not returned for %.0fs; %s",
+            self.cfg.client_id,
+            self.label,
+            limit,
+            "closing the connection" if remote is not None else "abandoning the pass",
         )
-        try:
-            ssh.close()
-        except Exception as e:
-            log.debug("client %s: closing the stalled connection: %s", self.cfg.client_id, e)
+        self._stalled.set()
+        if remote is not None:
+            try:
+                remote.close()
+            except Exception as e:
+                log.debug("client %s: closing the stalled connection: %s", self.cfg.client_id, e)
         return True
 
+    def run_pass_bounded(self, stop: threading.Event, level: int = logging.INFO) -> ClientReport:
+        """run_pass in a thread of its own, waited for only while it makes progress. Never raises an Exception.
+
+        The wait ends ABANDON_GRACE after the watchdog found a call stalled, or STOP_TIMEOUT + ABANDON_GRACE
+        after `stop` was set (the connection is closed after STOP_TIMEOUT); a pass still running then is
+        abandoned and reported as failed (StalledError). While it runs on, no other pass of this client
+        starts: each attempt is reported as failed instead.
+        """
+        cid = self.cfg.client_id
+        busy = self._pass
+        if busy is not None and busy.is_alive():
+            err = StalledError(f"a call to {self.label} from an earlier pass has still not returned")
+            log.error("client %s: %s; not starting another pass", cid, err)
+            return ClientReport(cid, error=err)
+        self._stalled.clear()
+        box: list[ClientReport] = []
+
+        def run() -> None:
+            try:
+                box.append(self.run_pass(stop, level))
+            except BaseException as e:  # run_pass never raises an Exception: this is a bug, say so
+                log.exception("client %s: unexpected error in the pass", cid)
+                box.append(ClientReport(cid, error=e))
+
+        t = self._pass = threading.Thread(target=run, name=f"sej-hub-pass-{cid}", daemon=True)
+        started = time.monotonic()
+        t.start()
+        give_up: float | None = None
+        stopped_at: float | None = None
+        while True:
+            t.join(SUPERVISE_INTERVAL)
+            if not t.is_alive():
+                return box[0] if box else ClientReport(cid, error=RuntimeError("the pass ended without a report"))
+            now = time.monotonic()
+            if give_up is None and self._stalled.is_set():
+                give_up = now + ABANDON_GRACE
+            if stop.is_set():
+                if stopped_at is None:
+                    stopped_at = now
+                elif now - stopped_at >= STOP_TIMEOUT and (give_up is None or give_up > now + ABANDON_GRACE):
+                    give_up = now + ABANDON_GRACE  # the current chunk had its time: unblock calls on the producer
+                    if self.remote is not None:
+                        log.warning("client %s: still busy %gs after stop; closing the connection", cid, STOP_TIMEOUT)
+                        self.disconnect()
+            if give_up is not None and now >= give_up:
+                if self._stalled.is_set():
+                    why = f"a call to {self.label} stalled (more than {STALL_TIMEOUT:g}s)"
+                else:
+                    why = f"the pass was still in a call to {self.label} {now - (stopped_at or now):.1f}s after stop"
+                err = StalledError(f"{why}; the pass was abandoned after {now - started:.1f}s")
+                log.error("client %s: %s", cid, err)
+                return ClientReport(cid, error=err, seconds=now - started)
+
     def _sources(self) -> Callable[[], Source]:
-        cfg = self.cfg
-        if cfg.local_root is not None:
-            root = cfg.local_root
-            return lambda: LocalSource(root)
-        assert cfg.host is not None and cfg.remote_root is not None
-        if self.ssh is not None and not _is_alive(self.ssh):
-            log.warning("client %s: the connection to %s was lost; reconnecting", cfg.client_id, self.label)
-            self.disconnect()
-        if self.ssh is None:
-            ep = resolve(cfg.host, cfg.port, cfg.user, cfg.identity_file, cfg.known_hosts)
-            self.label = f"{ep.user}@{ep.host}:{ep.port}"
-            self.ssh = connect(ep, accept_new_host_key=cfg.accept_new_host_key, timeout=CONNECT_TIMEOUT)
-            self.connects += 1
-            log.info("client %s: connected to %s", cfg.client_id, self.label)
-        factory = sftp_sources(self.ssh, cfg.remote_root, self.label)
+        """The client's Sources, each call watched: local ones, or SFTP ones on the kept (or a new) connection."""
+        origin = self.cfg.origin
+        if origin.is_local:
+            sources = open_sources(origin)
+        else:
+            if self.remote is not None and not self.remote.alive():
+                log.warning("client %s: the connection to %s was lost; reconnecting", self.cfg.client_id, self.label)
+                self.disconnect()
+            if self.remote is None:
+                # Each SFTP read fails after IO_TIMEOUT on a dead link instead of hanging.
+                self.remote = open_sources(origin, connect_timeout=CONNECT_TIMEOUT, io_timeout=IO_TIMEOUT)
+                self.label = self.remote.label
+                self.connects += 1
+                log.info("client %s: connected to %s", self.cfg.client_id, self.label)
+            sources = self.remote
 
         def make() -> Source:
-            with self.call():
-                src = factory()
-            channel = src.sftp.get_channel()
-            if channel is not None:
-                channel.settimeout(IO_TIMEOUT)  # a read on a dead link fails instead of hanging
-            return _Watched(src, self)
+            with self.call():  # watched like every call: a hung filesystem or producer stalls it
+                return _Watched(sources(), self)
 
         return make
 
@@ -262,9 +324,9 @@ class _Client:
             report.outcomes = copy_all(make_source, self.hub.hub_root, cid, self.hub.hub_name, self.hub.workers, stop)
         except Exception as e:
             report.error = e
-            expected = isinstance(e, (SejError, OSError, EOFError, paramiko.SSHException))
+            expected = isinstance(e, (SejError, *transport_errors()))
             log.error("client %s: %s", cid, e if expected else f"{type(e).__name__}: {e}", exc_info=not expected)
-        if self.ssh is not None and (report.error is not None or not _is_alive(self.ssh)):
+        if self.remote is not None and (report.error is not None or not self.remote.alive()):
             report.connection_lost = report.error is None
             if report.connection_lost:
                 log.error("client %s: the connection to %s was lost during the pass", cid, self.label)
@@ -287,10 +349,10 @@ class _Client:
         return report
 
     def disconnect(self) -> None:
-        ssh, self.ssh = self.ssh, None
-        if ssh is not None:
+        remote, self.remote = self.remote, None
+        if remote is not None:
             try:
-                ssh.close()
+                remote.close()
             except Exception as e:  # closing a broken connection must not hide the reason it broke
                 log.debug("client %s: closing the connection: %s", self.cfg.client_id, e)
 
@@ -314,7 +376,7 @@ class Hub:
         if stop.is_set():
             return []
         with self._watchdog(), ThreadPoolExecutor(len(self._clients), thread_name_prefix="sej-hub") as pool:
-            return list(pool.map(lambda c: c.run_pass(stop), self._clients))
+            return list(pool.map(lambda c: c.run_pass_bounded(stop), self._clients))
 
     @contextmanager
     def _watchdog(self) -> Iterator[None]:
@@ -364,13 +426,14 @@ class Hub:
                 log.info("stopping: finishing the current chunks")
             finally:
                 stop.set()
-                deadline = time.monotonic() + STOP_TIMEOUT
+                limit = STOP_TIMEOUT + ABANDON_GRACE + 1  # run_pass_bounded gives up within the first two
+                deadline = time.monotonic() + limit
                 for t in threads:
                     if t.ident is not None:
                         t.join(max(0.0, deadline - time.monotonic()))
                 busy = [t.name for t in threads if t.is_alive()]
                 if busy:
-                    log.warning("still busy after %gs, leaving anyway: %s", STOP_TIMEOUT, ", ".join(busy))
+                    log.warning("still busy after %gs, leaving anyway: %s", limit, ", ".join(busy))
                 self.close()
                 log.info("hub stopped")
 
@@ -381,7 +444,7 @@ class Hub:
         messages = nbytes = passes = 0
         while not stop.is_set():
             try:
-                report = client.run_pass(stop, logging.DEBUG)
+                report = client.run_pass_bounded(stop, logging.DEBUG)
                 if on_report is not None:
                     on_report(report)
             except Exception:  # a bug: keep the other passes going, but say so loudly

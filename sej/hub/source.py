@@ -10,27 +10,38 @@ import logging
 import os
 import posixpath
 import stat
-import struct
-from typing import NamedTuple, Protocol
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
-import paramiko
-
-from ..errors import InvalidArgumentError, SejError
-from ..layout import check_reader_name, segment_name
-from ..offset import read_offset_file, write_offset_file
+from ..errors import CorruptionError, InvalidArgumentError, SejError, UnsafeFileError
+from ..fsutil import kind, open_dir, open_regular, temp_name
+from ..layout import OFFSET_DIR, SEGMENT_DIR, offset_file_name, parse_segment_name, segment_name
+from ..offset import encode_offset, parse_offset, read_offset_at, remove_stale_temps, write_offset_at
 from .names import check_journal_name, check_segment_name
+
+if TYPE_CHECKING:
+    import paramiko  # SftpSource is given a paramiko SFTPClient: paramiko is imported where it is made (sej.hub.ssh)
 
 log = logging.getLogger("sej.hub")
 
-U64 = struct.Struct(">Q")
 
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """What a call over SFTP can fail with (a cut connection raises EOFError or SSHException)."""
+    import paramiko
 
-_TRANSPORT_ERRORS = (OSError, EOFError, paramiko.SSHException)
-"""What a read from a producer can fail with (a cut connection raises EOFError or SSHException)."""
+    return (OSError, EOFError, paramiko.SSHException)
 
 
 READ_RANGE = 255 << 10
 """Bytes per SFTP read request and readv range (OpenSSH's sftp-server serves at most 256 KiB less a header)."""
+
+
+CONNECT_TIMEOUT = 15.0
+"""Seconds for a TCP connection, the SSH banner and authentication."""
+
+IO_TIMEOUT = 60.0
+"""Seconds an SFTP request may wait for its reply: a stalled producer fails the pass, never hangs it."""
 
 
 class SourceSegment(NamedTuple):
@@ -61,16 +72,6 @@ class Source(Protocol):
     def close(self) -> None: ...
 
 
-def _valid_journals(names: list[str], where: str) -> list[str]:
-    out = []
-    for name in names:
-        try:
-            out.append(check_journal_name(name))
-        except InvalidArgumentError:
-            log.debug("%s: skipping %r: not a journal name", where, name)
-    return sorted(out)
-
-
 def _valid_segments(entries: list[tuple[str, int]], where: str) -> list[SourceSegment]:
     out = []
     for name, size in entries:
@@ -83,66 +84,162 @@ def _valid_segments(entries: list[tuple[str, int]], where: str) -> list[SourceSe
 
 
 class LocalSource:
-    """Journals on this machine. `root` is a sharded root, or one journal (named by its directory)."""
+    """Journals on this machine. `root` is a sharded root, or one journal (named by its directory).
+
+    The tree under `root` is the producer's and is not trusted: a journal directory, its
+    jnl/ and ofs/ directories and every file in them are opened relative to their parent's
+    descriptor without following a symlink (sej.fsutil), a non-regular file is never opened,
+    and anything else than what the layout says raises UnsafeFileError naming it. Only `root`
+    itself (the hub's configuration) may be reached through a symlink.
+    """
 
     def __init__(self, root: str) -> None:
         root = os.path.abspath(root)
         if not os.path.isdir(root):
             raise InvalidArgumentError(f"source {root} is not a directory")
-        is_journal = os.path.isdir(os.path.join(root, "jnl"))
+        is_journal = os.path.lexists(os.path.join(root, SEGMENT_DIR))
         self.root = os.path.dirname(root) if is_journal else root
         self._only: list[str] | None = [check_journal_name(os.path.basename(root))] if is_journal else None
 
     def journals(self) -> list[str]:
         if self._only is not None:
             return list(self._only)
-        names = [e.name for e in os.scandir(self.root) if e.is_dir() and os.path.isdir(os.path.join(e.path, "jnl"))]
-        return _valid_journals(names, self.root)
+        names = []
+        with os.scandir(self.root) as entries:
+            for e in entries:
+                try:
+                    name = check_journal_name(e.name)
+                except InvalidArgumentError:
+                    log.debug("%s: skipping %r: not a journal name", self.root, e.name)
+                    continue
+                if not e.is_dir(follow_symlinks=False):
+                    if e.is_symlink():
+                        log.warning("%s: skipping %s: a symlink, not a journal directory", self.root, name)
+                    continue
+                try:
+                    jnl = os.stat(os.path.join(e.path, SEGMENT_DIR), follow_symlinks=False).st_mode
+                except FileNotFoundError:
+                    continue
+                except OSError as err:
+                    log.warning("%s: skipping %s: %s", self.root, name, err.strerror or err)
+                    continue
+                if stat.S_ISDIR(jnl):
+                    names.append(name)
+                else:
+                    log.warning("%s: skipping %s: its jnl is a %s, not a directory", self.root, name, kind(jnl))
+        return sorted(names)
+
+    @contextmanager
+    def _dir(self, journal: str, sub: str | None = None) -> Iterator[int]:
+        """A descriptor of the journal's directory, or of its `sub` directory (jnl, ofs); no symlinks."""
+        name = check_journal_name(journal)
+        if self._only is not None:
+            if name != self._only[0]:
+                raise SourceError(f"{self.root}: no journal {name} (this source is the journal {self._only[0]})")
+            fd = open_dir(os.path.join(self.root, name), follow=True)  # the configured path itself
+        else:
+            top = open_dir(self.root, follow=True)
+            try:
+                fd = open_dir(name, dir_fd=top, show=os.path.join(self.root, name))
+            finally:
+                os.close(top)
+        try:
+            if sub is not None:
+                parent, fd = fd, -1
+                try:
+                    fd = open_dir(sub, dir_fd=parent, show=os.path.join(self.root, name, sub))
+                finally:
+                    os.close(parent)
+            yield fd
+        finally:
+            if fd >= 0:
+                os.close(fd)
 
     def segments(self, journal: str) -> list[SourceSegment]:
-        jdir = os.path.join(self.root, check_journal_name(journal), "jnl")
+        jdir = os.path.join(self.root, check_journal_name(journal), SEGMENT_DIR)
+        entries = []
         try:
-            entries = [(e.name, e.stat().st_size) for e in os.scandir(jdir) if e.is_file()]
+            with self._dir(journal, SEGMENT_DIR) as fd, os.scandir(fd) as it:
+                for e in it:
+                    if parse_segment_name(e.name) is None:
+                        continue  # quarantine files, index files, anything else
+                    try:
+                        st = e.stat(follow_symlinks=False)
+                    except FileNotFoundError:
+                        continue  # deleted meanwhile (the producer's retention)
+                    if stat.S_ISDIR(st.st_mode):
+                        continue  # not a segment (as in sej.layout.list_segments)
+                    if not stat.S_ISREG(st.st_mode):
+                        raise UnsafeFileError(os.path.join(jdir, e.name), kind(st.st_mode))
+                    entries.append((e.name, st.st_size))
         except FileNotFoundError:
             raise SourceError(f"{jdir} does not exist") from None
         return _valid_segments(entries, jdir)
 
     def read(self, journal: str, name: str, pos: int, size: int) -> bytes:
-        path = os.path.join(self.root, check_journal_name(journal), "jnl", segment_name(check_segment_name(name)))
-        with open(path, "rb") as f:
-            return os.pread(f.fileno(), size, pos)
+        seg = segment_name(check_segment_name(name))
+        with self._dir(journal, SEGMENT_DIR) as d:
+            fd = open_regular(seg, dir_fd=d, show=os.path.join(self.root, journal, SEGMENT_DIR, seg))
+        try:
+            return os.pread(fd, size, pos)
+        finally:
+            os.close(fd)
 
     def read_offset(self, journal: str, reader: str) -> int | None:
-        path = os.path.join(self.root, check_journal_name(journal), "ofs", check_reader_name(reader) + ".ofs")
+        name = offset_file_name(reader)
         try:
-            return read_offset_file(path)
-        except SejError:
+            with self._dir(journal, OFFSET_DIR) as d:
+                return read_offset_at(name, dir_fd=d, show=os.path.join(self.root, journal, OFFSET_DIR, name))
+        except FileNotFoundError:
+            return None  # no ofs/ yet
+        except CorruptionError:
             return None  # a malformed file is replaced by the next commit
 
     def commit_offset(self, journal: str, reader: str, value: int) -> None:
-        ofs = os.path.join(self.root, check_journal_name(journal), "ofs")
-        os.makedirs(ofs, exist_ok=True)
-        write_offset_file(os.path.join(ofs, check_reader_name(reader) + ".ofs"), value)
+        name = offset_file_name(reader)
+        with self._dir(journal) as jfd:
+            try:
+                os.mkdir(OFFSET_DIR, 0o755, dir_fd=jfd)
+            except FileExistsError:
+                pass
+            where = os.path.join(self.root, journal, OFFSET_DIR)
+            ofs = open_dir(OFFSET_DIR, dir_fd=jfd, show=where)
+            try:
+                write_offset_at(name, value, dir_fd=ofs, show=os.path.join(where, name))
+                remove_stale_temps(ofs)  # of commits that were killed (see sej.offset.STALE_TEMP_AGE)
+            finally:
+                os.close(ofs)
 
     def describe(self, journal: str, name: str = "") -> str:
-        return os.path.join(self.root, journal, "jnl", name) if name else os.path.join(self.root, journal)
+        return os.path.join(self.root, journal, SEGMENT_DIR, name) if name else os.path.join(self.root, journal)
 
     def close(self) -> None:
         pass
 
 
 class SftpSource:
-    """Journals on a producer, read over SFTP (no remote shell, no agent)."""
+    """Journals on a producer, read over SFTP (no remote shell, no agent).
+
+    As with LocalSource, nothing in the producer's tree is followed or opened unless it
+    is what the layout says: every directory and file is lstat'ed first (SFTP's readdir
+    attributes are lstat's too) and a symlink, FIFO or device raises UnsafeFileError; an
+    opened file is fstat'ed again. SFTP has no O_NOFOLLOW, so this narrows, but cannot
+    close, the window in which a producer could swap a checked name for a symlink. The
+    hub's offset is written to a temp file with an unpredictable name, created exclusively
+    (SSH_FXF_EXCL, which never follows a symlink), then renamed over the old one.
+    """
 
     def __init__(self, sftp: paramiko.SFTPClient, root: str, label: str) -> None:
         self.sftp = sftp
         self.label = label  # user@host:port, for messages
+        self._errors = _transport_errors()
         root = posixpath.normpath(root)
         try:
-            is_journal = stat.S_ISDIR(sftp.stat(posixpath.join(root, "jnl")).st_mode or 0)
+            sftp.lstat(posixpath.join(root, SEGMENT_DIR))
+            is_journal = True
         except FileNotFoundError:
             is_journal = False
-        except _TRANSPORT_ERRORS as e:
+        except self._errors as e:
             raise SourceError(f"{label}:{root}: {e}") from None
         self.root = posixpath.dirname(root) if is_journal else root
         self._only: list[str] | None = [check_journal_name(posixpath.basename(root))] if is_journal else None
@@ -152,90 +249,167 @@ class SftpSource:
             return list(self._only)
         try:
             entries = self.sftp.listdir_attr(self.root)
-        except _TRANSPORT_ERRORS as e:
+        except self._errors as e:
             raise SourceError(f"{self.label}:{self.root}: {e}") from None
         names = []
         for entry in entries:
-            if stat.S_ISDIR(entry.st_mode or 0):
-                try:
-                    name = check_journal_name(entry.filename)
-                except InvalidArgumentError:
-                    continue
-                try:
-                    if stat.S_ISDIR(self.sftp.stat(posixpath.join(self.root, name, "jnl")).st_mode or 0):
-                        names.append(name)
-                except FileNotFoundError:
-                    continue
-                except _TRANSPORT_ERRORS as e:
-                    raise SourceError(f"{self.label}:{self.root}/{name}: {e}") from None
+            mode = entry.st_mode or 0
+            if not stat.S_ISDIR(mode):
+                if stat.S_ISLNK(mode):
+                    log.warning("%s:%s: skipping %s: a symlink, not a journal directory", self.label, self.root,
+                                entry.filename)  # fmt: skip
+                continue
+            try:
+                name = check_journal_name(entry.filename)
+            except InvalidArgumentError:
+                continue
+            try:
+                jnl = self.sftp.lstat(posixpath.join(self.root, name, SEGMENT_DIR)).st_mode or 0
+            except FileNotFoundError:
+                continue
+            except self._errors as e:
+                raise SourceError(f"{self.label}:{self.root}/{name}: {e}") from None
+            if stat.S_ISDIR(jnl):
+                names.append(name)
+            else:
+                log.warning("%s:%s: skipping %s: its jnl is a %s, not a directory", self.label, self.root, name,
+                            kind(jnl))  # fmt: skip
         return sorted(names)
 
+    def _check_dirs(self, journal: str, sub: str | None = None) -> str:
+        """The path of the journal's directory (or its `sub` directory) after lstat'ing it: no symlink.
+
+        FileNotFoundError when missing; UnsafeFileError when not a directory.
+        """
+        name = check_journal_name(journal)
+        path = posixpath.join(self.root, name)
+        if self._only is None:  # a configured single journal is the configured path itself
+            self._lstat_is(path, stat.S_ISDIR, "a directory")
+        if sub is not None:
+            path = posixpath.join(path, sub)
+            self._lstat_is(path, stat.S_ISDIR, "a directory")
+        return path
+
+    def _lstat_is(self, path: str, test: Callable[[int], bool], expected: str) -> paramiko.SFTPAttributes:
+        attrs = self.sftp.lstat(path)
+        if not test(attrs.st_mode or 0):
+            raise UnsafeFileError(f"{self.label}:{path}", kind(attrs.st_mode or 0), expected)
+        return attrs
+
     def segments(self, journal: str) -> list[SourceSegment]:
-        jdir = posixpath.join(self.root, check_journal_name(journal), "jnl")
+        jdir = posixpath.join(self.root, check_journal_name(journal), SEGMENT_DIR)
         try:
-            entries = [
-                (e.filename, e.st_size or 0) for e in self.sftp.listdir_attr(jdir) if stat.S_ISREG(e.st_mode or 0)
-            ]
-        except _TRANSPORT_ERRORS as e:
+            self._check_dirs(journal, SEGMENT_DIR)
+            listed = self.sftp.listdir_attr(jdir)
+        except self._errors as e:
             raise SourceError(f"{self.label}:{jdir}: {e}") from None
+        entries = []
+        for attrs in listed:
+            if parse_segment_name(attrs.filename) is None:
+                continue  # quarantine files, index files, anything else
+            mode = attrs.st_mode or 0
+            if stat.S_ISDIR(mode):
+                continue  # not a segment (as in sej.layout.list_segments)
+            if not stat.S_ISREG(mode):
+                raise UnsafeFileError(f"{self.label}:{posixpath.join(jdir, attrs.filename)}", kind(mode))
+            entries.append((attrs.filename, attrs.st_size or 0))
         return _valid_segments(entries, jdir)
 
     def read(self, journal: str, name: str, pos: int, size: int) -> bytes:
-        path = posixpath.join(self.root, check_journal_name(journal), "jnl", segment_name(check_segment_name(name)))
+        path = posixpath.join(
+            self.root, check_journal_name(journal), SEGMENT_DIR, segment_name(check_segment_name(name))
+        )
         try:
+            self._lstat_is(path, stat.S_ISREG, "a regular file")  # never open a FIFO: it would hang the server
             with self.sftp.open(path, "rb") as f:
                 f.MAX_REQUEST_SIZE = READ_RANGE  # OpenSSH serves reads up to 255 KiB; paramiko asks 32 KiB
+                attrs = f.stat()
+                if not stat.S_ISREG(attrs.st_mode or 0):
+                    raise UnsafeFileError(f"{self.label}:{path}", kind(attrs.st_mode or 0))
                 # readv pipelines the SFTP requests. It is asked for many 256 KiB ranges, not one
                 # big one: paramiko grows one range's buffer by concatenation, quadratic in its size.
-                end = min(pos + size, f.stat().st_size or 0)
+                end = min(pos + size, attrs.st_size or 0)
                 if end <= pos:
                     return b""
                 ranges = [(p, min(READ_RANGE, end - p)) for p in range(pos, end, READ_RANGE)]
                 return b"".join(f.readv(ranges))
-        except _TRANSPORT_ERRORS as e:
+        except self._errors as e:
             raise SourceError(f"{self.label}:{path}: {e}") from None
 
     def read_offset(self, journal: str, reader: str) -> int | None:
-        path = posixpath.join(self.root, check_journal_name(journal), "ofs", check_reader_name(reader) + ".ofs")
+        path = posixpath.join(self.root, check_journal_name(journal), OFFSET_DIR, offset_file_name(reader))
         try:
+            self._check_dirs(journal, OFFSET_DIR)
+            self._lstat_is(path, stat.S_ISREG, "a regular file")
             with self.sftp.open(path, "rb") as f:
+                attrs = f.stat()
+                if not stat.S_ISREG(attrs.st_mode or 0):
+                    raise UnsafeFileError(f"{self.label}:{path}", kind(attrs.st_mode or 0))
                 raw = f.read(9)
         except FileNotFoundError:
             return None
-        except _TRANSPORT_ERRORS as e:
+        except self._errors as e:
             raise SourceError(f"{self.label}:{path}: {e}") from None
-        return int(U64.unpack(raw)[0]) if len(raw) == 8 else None
+        try:
+            return parse_offset(raw, f"{self.label}:{path}")
+        except CorruptionError:
+            return None  # a malformed file is replaced by the next commit (as in LocalSource)
 
     def commit_offset(self, journal: str, reader: str, value: int) -> None:
-        ofs = posixpath.join(self.root, check_journal_name(journal), "ofs")
-        final = posixpath.join(ofs, check_reader_name(reader) + ".ofs")
-        tmp = f"{final}.hub.tmp"
+        jdir = posixpath.join(self.root, check_journal_name(journal))
+        ofs = posixpath.join(jdir, OFFSET_DIR)
+        final = posixpath.join(ofs, offset_file_name(reader))
+        tmp = temp_name(final)
         try:
+            self._check_dirs(journal)
             try:
                 self.sftp.mkdir(ofs)
             except OSError:
-                pass  # it exists (or the rename below says why not)
-            with self.sftp.open(tmp, "wb") as f:
-                f.write(U64.pack(value))
-                f.flush()
-                _fsync(self.sftp, f)
-            self.sftp.posix_rename(tmp, final)
-        except _TRANSPORT_ERRORS as e:
+                pass  # it exists (or the check below says what it is)
+            self._check_dirs(journal, OFFSET_DIR)
+            try:
+                self._lstat_is(final, stat.S_ISREG, "a regular file")  # a symlink or FIFO there is not replaced
+            except FileNotFoundError:
+                pass
+            with self.sftp.open(tmp, "wx") as f:  # O_CREAT|O_EXCL: never through a symlink
+                try:
+                    f.write(encode_offset(value))
+                    f.flush()
+                    _fsync(self.sftp, f)
+                except BaseException:
+                    _remove_quietly(self.sftp, tmp)
+                    raise
+            try:
+                self.sftp.posix_rename(tmp, final)
+            except BaseException:
+                _remove_quietly(self.sftp, tmp)
+                raise
+        except self._errors as e:
             raise SourceError(f"{self.label}:{final}: {e}") from None
 
     def describe(self, journal: str, name: str = "") -> str:
-        path = posixpath.join(self.root, journal, "jnl", name) if name else posixpath.join(self.root, journal)
+        path = posixpath.join(self.root, journal, SEGMENT_DIR, name) if name else posixpath.join(self.root, journal)
         return f"{self.label}:{path}"
 
     def close(self) -> None:
         try:
             self.sftp.close()
-        except _TRANSPORT_ERRORS as e:  # the connection is already gone: nothing left to close
+        except self._errors as e:  # the connection is already gone: nothing left to close
             log.debug("%s: closing the SFTP channel: %s", self.label, e)
+
+
+def _remove_quietly(sftp: paramiko.SFTPClient, path: str) -> None:
+    """Remove our own temp file after a failed commit, if the connection still allows it."""
+    try:
+        sftp.remove(path)
+    except _transport_errors() as e:
+        log.debug("removing %s: %s", path, e)
 
 
 def _fsync(sftp: paramiko.SFTPClient, f: paramiko.SFTPFile) -> None:
     """fsync a remote file with OpenSSH's fsync@openssh.com extension, when the server has it."""
+    import paramiko
+
     try:
         sftp._request(paramiko.sftp.CMD_EXTENDED, "fsync@openssh.com", f.handle)
     except (OSError, paramiko.SSHException) as e:

@@ -3,24 +3,21 @@
 A host key is checked against known_hosts; an unknown or changed key refuses the
 connection unless accepting new keys was asked for explicitly. Only keys
 authenticate (no passwords), and no remote command is ever run: the hub speaks
-SFTP only.
+SFTP only. sej.hub.location imports this module when an SSH location is opened:
+no other module of sej imports paramiko when it is imported.
 """
 
 from __future__ import annotations
 
+import logging
 import os
-import re
 from collections.abc import Callable
 from typing import NamedTuple
 
 import paramiko
 
-from ..errors import InvalidArgumentError, SejError
-from .source import SftpSource
-
-_URL = re.compile(
-    r"\Assh://(?:(?P<user>[^@/:]+)@)?(?P<host>[^/:@]+|\[[0-9a-fA-F:.]+\])(?::(?P<port>\d+))?(?P<path>/.*)\Z"
-)
+from ..errors import SejError
+from .source import IO_TIMEOUT, SftpSource
 
 
 class SshError(SejError):
@@ -29,33 +26,6 @@ class SshError(SejError):
 
 class HostKeyError(SshError):
     """The producer's host key is unknown or does not match known_hosts."""
-
-
-class Location(NamedTuple):
-    """An `ssh://[user@]host[:port]/path` location."""
-
-    user: str | None
-    host: str
-    port: int | None
-    path: str
-
-    def __str__(self) -> str:
-        user = f"{self.user}@" if self.user else ""
-        port = f":{self.port}" if self.port else ""
-        return f"ssh://{user}{self.host}{port}{self.path}"
-
-
-def parse_location(text: str) -> Location | None:
-    """The SSH location in `text`, or None when it is a local path; bad ssh:// URLs raise."""
-    if not text.startswith("ssh://"):
-        return None
-    m = _URL.match(text)
-    if not m:
-        raise InvalidArgumentError(f"{text!r} is not an ssh://[user@]host[:port]/path location")
-    port = int(m.group("port")) if m.group("port") else None
-    if port is not None and not 0 < port < 65536:
-        raise InvalidArgumentError(f"port {port} in {text!r} is not a TCP port")
-    return Location(m.group("user"), m.group("host").strip("[]"), port, m.group("path"))
 
 
 class Endpoint(NamedTuple):
@@ -148,23 +118,72 @@ def connect(ep: Endpoint, accept_new_host_key: bool = False, timeout: float = 15
         client.close()
         raise SshError(f"{ep.user}@{ep.host}:{ep.port}: key authentication failed: {e}") from None
     except paramiko.SSHException as e:
+        why = _why(e, client)
         client.close()
         if "not found in known_hosts" in str(e):
             raise HostKeyError(
                 f"host [{ep.host}]:{ep.port} is not in {ep.known_hosts}: refusing to connect "
                 "(add its key, or accept new host keys explicitly)"
             ) from None
-        raise SshError(f"{ep.user}@{ep.host}:{ep.port}: {e}") from None
+        raise SshError(f"{ep.user}@{ep.host}:{ep.port}: {why}") from None
     except (TimeoutError, OSError, EOFError) as e:
+        why = _why(e, client)
         client.close()
-        raise SshError(f"{ep.user}@{ep.host}:{ep.port}: {e}") from None
+        raise SshError(f"{ep.user}@{ep.host}:{ep.port}: {why}") from None
     except BaseException:
         client.close()
         raise
 
 
-IO_TIMEOUT = 60.0
-"""Seconds an SFTP request may wait for its reply: a stalled producer fails the pass, never hangs it."""
+def _why(e: BaseException, client: paramiko.SSHClient) -> str:
+    """Why connecting failed, in words, never empty: a reset or a close gets named, with the phase it came in.
+
+    paramiko reports a peer that closes before its banner as a bare EOFError (no text) and one that
+    resets it as "Error reading SSH protocol banner[Errno 104] ...".
+    """
+    chain: list[BaseException] = []
+    cause: BaseException | None = e
+    while cause is not None and len(chain) < 10:
+        chain.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    transport = client.get_transport()
+    # A reset or a close needs an established TCP connection (a refused one is ECONNREFUSED), so without
+    # the server's banner it came before it, even when paramiko had not made its Transport yet.
+    banner = transport is not None and bool(transport.remote_version)
+    phase = " during the SSH handshake" if banner else " before the SSH banner"
+    if any(isinstance(c, (ConnectionResetError, BrokenPipeError)) for c in chain):
+        return "connection reset by the peer" + phase
+    if any(isinstance(c, (EOFError, ConnectionAbortedError)) for c in chain):
+        return "connection closed by the peer" + phase
+    if any(isinstance(c, TimeoutError) for c in chain):
+        return "timed out" + (phase if transport is not None else " connecting")
+    return " ".join(str(e).split()) or type(e).__name__
+
+
+class _NoTransportTracebacks(logging.Filter):
+    """Drops the traceback paramiko's transport thread logs, line by line, after the error it died of.
+
+    The error itself stays (one line), and connect() or the failed call reports it with its reason.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._in_traceback: set[tuple[int | None, str | None]] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        thread = (record.thread, record.threadName)
+        if record.levelno != logging.ERROR:
+            self._in_traceback.discard(thread)
+            return True
+        message = str(record.msg)
+        if message.startswith(("Exception (", "Unknown exception:")):
+            self._in_traceback.add(thread)  # paramiko logs util.tb_strings() next
+            return True
+        return thread not in self._in_traceback
+
+
+TRANSPORT_FILTER = _NoTransportTracebacks()
+logging.getLogger("paramiko.transport").addFilter(TRANSPORT_FILTER)
 
 
 def sftp_sources(

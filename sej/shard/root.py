@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import heapq
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import NamedTuple
 
 from ..errors import InvalidArgumentError
+from ..frames import NO_TIMESTAMP, Message
 from ..layout import journal_path, segment_dir
-from ..message import Message
 from ..scanner import Scanner
 from ..watch import Subscription, Wakeup
 from .name import ShardName, check_prefix, parse_shard
@@ -126,7 +126,18 @@ class ShardMessage(NamedTuple):
     message: Message
 
 
-_NO_TS = -(2**63)
+def merge_by_time(streams: Sequence[Iterable[Message]]) -> Iterator[tuple[int, Message]]:
+    """(stream number, message) of every stream, merged by timestamp (no timestamp sorts as the oldest).
+
+    Each stream is taken in its own order; ties keep stream order, then offsets.
+    """
+
+    def keyed(i: int, msgs: Iterable[Message]) -> Iterator[tuple[int, int, int, Message]]:
+        for m in msgs:
+            yield (NO_TIMESTAMP if m.timestamp is None else m.timestamp, i, m.offset, m)
+
+    for _ts, i, _off, m in heapq.merge(*(keyed(i, s) for i, s in enumerate(streams))):
+        yield i, m
 
 
 def merged_scan(
@@ -148,13 +159,8 @@ def merged_scan(
             off = (start or {}).get(j.name)
             scanners.append(Scanner(j.path, "first" if off is None else off, timeout=0))
 
-        def keyed(name: str, s: Scanner) -> Iterator[tuple[int, str, int, Message]]:
-            for m in s:
-                yield (m.timestamp if m.timestamp is not None else _NO_TS, name, m.offset, m)
-
-        streams = [keyed(j.name, s) for j, s in zip(journals, scanners)]
-        for _ts, name, _off, m in heapq.merge(*streams):
-            yield ShardMessage(name, m)
+        for i, m in merge_by_time(scanners):
+            yield ShardMessage(journals[i].name, m)
     finally:
         for s in scanners:
             s.close()

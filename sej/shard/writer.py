@@ -10,6 +10,7 @@ from typing import Any
 import xxhash
 
 from ..errors import ClosedError, InvalidArgumentError
+from ..fsutil import allow_open_files
 from ..layout import journal_path
 from ..writer import Writer, check_options
 from .name import check_bit, check_prefix, format_shard
@@ -159,16 +160,3 @@ class ShardedWriter:
 
     def __repr__(self) -> str:
         return f"ShardedWriter({self.root!r}, prefix={self.prefix!r}, shard_bit={self.shard_bit})"
-
-
-def allow_open_files(needed: int) -> None:
-    """Raise this process's soft limit on open files toward `needed` (each open journal holds two)."""
-    try:
-        import resource
-
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if soft != resource.RLIM_INFINITY and soft < needed:
-            target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-    except (ImportError, ValueError, OSError):
-        pass  # keep the limit; opening a shard past it fails with EMFILE

@@ -2,15 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from .batch import SCHEMA, SejDataSource
+from .schema import SCHEMA
 from .session import spark_session
-
-
-def register(spark: Any) -> None:
-    """Register the `sej` format with a SparkSession: `spark.read.format("sej").load(path)`."""
-    spark.dataSource.register(SejDataSource)
-
+from .source import SejDataSource, register
 
 __all__ = ["SCHEMA", "SejDataSource", "register", "spark_session"]

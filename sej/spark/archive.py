@@ -36,13 +36,16 @@ from typing import Any, NamedTuple
 from urllib.parse import unquote
 
 from ..errors import DataLossError, InvalidArgumentError, SejError
-from ..layout import check_reader_name, journal_path, list_readers, list_segments, reader_offset_path
+from ..fsutil import fsync_dir
+from ..layout import ARCHIVE_LOCK, check_reader_name, journal_path, list_segments, reader_offset_path
 from ..lock import lock_file, unlock_file
 from ..offset import Offset, read_offset_file
-from ..recovery import fsync_dir
-from .plan import Source, find_sources
+from ..retention import reader_floor
+from .plan import JournalSource, find_sources
+from .schema import SPARK_TYPES
+from .source import register
 
-LOCK_NAME = ".archive.lck"
+LOCK_NAME = ARCHIVE_LOCK
 STAGING_DIR = "_staging"
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 FILE_RE = re.compile(r"\A([0-9a-f]{16})-([0-9a-f]{16})-([0-9]+)\.parquet\Z")
@@ -178,17 +181,13 @@ def _locked(lock: str) -> Iterator[None]:
         unlock_file(fh)
 
 
-def plan_journal(src: Source, reader: str, *, register: bool) -> JournalReport:
+def plan_journal(src: JournalSource, reader: str, *, register: bool) -> JournalReport:
     """The range [a, b) of one journal that a run archives; `register` creates the reader's offset at a."""
     segments = list_segments(src.path)
     first = segments[0].first_offset if segments else 0
     sealed_end = segments[-1].first_offset if segments else first
-    others = []
-    for name in list_readers(src.path):
-        if name != reader:
-            value = read_offset_file(reader_offset_path(src.path, name))
-            others.append(first if value is None else value)  # nothing committed: it still needs everything
-    readers_end = min(others) if others else None
+    # The other readers' floor (one with nothing committed still needs everything); None without others.
+    readers_end = reader_floor(src.path, first, exclude=(reader,)).offset
     if register:
         with Offset(src.path, reader) as o:
             a = o.value
@@ -219,8 +218,6 @@ def stage(spark: Any, root: str, plans: list[JournalReport], staging: str) -> No
     except Exception as e:  # a session not made by sej.spark.spark_session: register the format once
         if "DATA_SOURCE_NOT_FOUND" not in str(e):
             raise
-        from . import register
-
         register(spark)
         df = reader.load(root)
     df = df.withColumn("date", F.expr(DATE_EXPR)).select(*DATA_COLUMNS, *PARTITION_COLUMNS)
@@ -241,9 +238,7 @@ def archive_schema() -> Any:
     """
     from pyspark.sql.types import DateType, StructField, StructType
 
-    from .batch import SCHEMA
-
-    types = {f.name: f.dataType for f in SCHEMA.fields} | {"date": DateType()}
+    types = SPARK_TYPES | {"date": DateType()}
     return StructType([StructField(c, types[c], True) for c in (*DATA_COLUMNS, *PARTITION_COLUMNS)])
 
 

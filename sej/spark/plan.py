@@ -7,6 +7,7 @@ from typing import NamedTuple
 
 from pyspark.sql.datasource import InputPartition
 
+from ..fsutil import open_file
 from ..layout import Segment, index_path, list_segments
 from ..segment import seek_index
 from ..shard.name import is_shard_name
@@ -15,8 +16,12 @@ from ..shard.root import find_journals
 MAX_BYTES_PER_PARTITION = 64 << 20
 
 
-class Source(NamedTuple):
-    """One journal under a loaded path: its `name` in offset options, and its client/shard columns."""
+class JournalSource(NamedTuple):
+    """One journal under the loaded path that a read takes rows from.
+
+    `name` is its name in the offset options (its directory's name under a root, "" for a
+    lone journal), `path` its directory, `client` and `shard` its rows' column values.
+    """
 
     name: str
     path: str
@@ -34,12 +39,12 @@ def split_name(name: str) -> tuple[str | None, str]:
     return (client, shard) if shard else (None, name)
 
 
-def find_sources(path: str) -> list[Source]:
+def find_sources(path: str) -> list[JournalSource]:
     """The journals under `path` (a journal, a sharded root or a hub root)."""
     out = []
     for j in find_journals(path):
         client, shard = split_name(j.name)
-        out.append(Source(j.name, j.path, client, shard or os.path.basename(os.path.normpath(j.path))))
+        out.append(JournalSource(j.name, j.path, client, shard or os.path.basename(os.path.normpath(j.path))))
     return out
 
 
@@ -74,7 +79,7 @@ class SegmentPart(InputPartition):
 
 
 def plan_range(
-    src: Source,
+    src: JournalSource,
     lo: int,
     hi: int,
     *,
@@ -114,7 +119,7 @@ def plan_range(
 
 def _cuts(jpath: str, seg: Segment, is_last: bool, max_bytes: int) -> list[tuple[int, int, int]]:
     """(start byte, first offset, end byte) pieces of a segment, cut at index entries every ~max_bytes."""
-    with open(seg.path, "rb") as f:
+    with open_file(seg.path) as f:
         size = os.fstat(f.fileno()).st_size
         if size <= max_bytes:
             return [(0, seg.first_offset, size)]
@@ -127,4 +132,4 @@ def _cuts(jpath: str, seg: Segment, is_last: bool, max_bytes: int) -> list[tuple
     return [(pos, first, cuts[k + 1][0] if k + 1 < len(cuts) else size) for k, (pos, first) in enumerate(cuts)]
 
 
-__all__ = ["MAX_BYTES_PER_PARTITION", "SegmentPart", "Source", "find_sources", "plan_range", "split_name"]
+__all__ = ["MAX_BYTES_PER_PARTITION", "JournalSource", "SegmentPart", "find_sources", "plan_range", "split_name"]

@@ -20,21 +20,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import CorruptionError, CorruptionWarning, DataLossError
-from ..message import HEADER, I32, NO_TIMESTAMP, OVERHEAD, Problem, check_frame
-from ..segment import _frame_total
-from .plan import SegmentPart
-
-ARROW_SCHEMA = pa.schema(
-    [
-        pa.field("client", pa.string(), True),
-        pa.field("shard", pa.string(), False),
-        pa.field("offset", pa.int64(), False),
-        pa.field("timestamp", pa.timestamp("us", tz="UTC"), True),
-        pa.field("type", pa.int32(), False),
-        pa.field("key", pa.binary(), False),
-        pa.field("value", pa.binary(), False),
-    ]
+from ..frames import (
+    HEADER_SIZE,
+    I32,
+    NO_TIMESTAMP,
+    OVERHEAD,
+    SIZE_FIELD,
+    Problem,
+    check_frame,
+    frame_at,
+    frame_total,
 )
+from ..fsutil import open_file
+from ..segment import MAX_READ
+from .plan import SegmentPart
+from .schema import ARROW_SCHEMA
 
 READ_CHUNK = 8 << 20
 """Bytes read by one pread; each chunk's frames become one record batch."""
@@ -48,9 +48,15 @@ FIRST_PROBE = 64
 MAX_PROBE = 1 << 20
 """The most frames one stride check covers."""
 
+KEY_SIZE_AT = HEADER_SIZE - 1  # the key_size byte
+VALUE_AT = HEADER_SIZE + SIZE_FIELD  # the value, after a key of size 0
 _I64_MAX = 2**63 - 1
 _I64 = pa.int64()
-_BIN = pa.binary()
+# The column types of the batches, from the schema:
+_BIN = ARROW_SCHEMA.field("key").type
+_STRING = ARROW_SCHEMA.field("shard").type
+_TYPE = ARROW_SCHEMA.field("type").type
+_TIMESTAMP = ARROW_SCHEMA.field("timestamp").type
 
 
 class Columns(NamedTuple):
@@ -74,8 +80,6 @@ def decode_columns(
     covers (above FIRST_PROBE, after a long run, the buffer's first frame starts one).
     """
     buf = pa.py_buffer(data)
-    unpack_head = HEADER.unpack_from
-    unpack_i32 = I32.unpack_from
     pieces: list[Columns] = []
     offs: list[int] = []
     tss: list[int] = []
@@ -84,18 +88,12 @@ def decode_columns(
     vals: list[bytes | bytearray] = []
     last_sizes = -1
     while True:
-        if end - pos < OVERHEAD:
+        f = frame_at(data, pos, end, expect)
+        if f is None:
             break
-        off, ts, typ, ks = unpack_head(data, pos)
-        if off != expect or ks < 0:
-            break
-        vpos = pos + 18 + ks
-        if vpos + 4 > end:
-            break
-        (vs,) = unpack_i32(data, vpos)
+        off, ts, typ, ks, vs = f
+        vpos = pos + HEADER_SIZE + ks
         nxt = vpos + 8 + vs
-        if vs < 0 or nxt > end or unpack_i32(data, nxt - 4)[0] != nxt - pos:
-            break
         sizes = ks << 32 | vs
         if sizes == last_sizes or probe > FIRST_PROBE:
             # The frame at pos is valid, with the sizes of the one before or after a long run: check a stretch
@@ -115,7 +113,7 @@ def decode_columns(
         offs.append(off)
         tss.append(ts)
         typs.append(typ)
-        keys.append(data[pos + 18 : vpos])
+        keys.append(data[pos + HEADER_SIZE : vpos])
         vals.append(data[vpos + 4 : nxt - 4])
         pos = nxt
         expect += 1
@@ -138,7 +136,7 @@ def _listed(
     cols = Columns(
         pa.array(offs, _I64),
         pa.array(tss, _I64),
-        pa.array(typs, pa.int32()),
+        pa.array(typs, _TYPE),
         pa.array(keys, _BIN),
         pa.array(vals, _BIN),
     )
@@ -151,9 +149,9 @@ def _looks_like_run(data: bytes | bytearray, pos: int, total: int, ks: int) -> b
     """Whether the MIN_RUN frames at stride `total` from `pos` agree on the key size and on the low bytes of
     the value size and size fields: a cheap filter before _run checks a stretch fully."""
     stop = pos + MIN_RUN * total
-    vs_low, size_low = pos + 21 + ks, pos + total - 1
+    vs_low, size_low = pos + VALUE_AT - 1 + ks, pos + total - 1
     return (
-        data[pos + 17 : stop : total] == bytes((ks,)) * MIN_RUN
+        data[pos + KEY_SIZE_AT : stop : total] == bytes((ks,)) * MIN_RUN
         and data[vs_low:stop:total] == data[vs_low : vs_low + 1] * MIN_RUN
         and data[size_low:stop:total] == data[size_low : size_low + 1] * MIN_RUN
     )
@@ -162,16 +160,16 @@ def _looks_like_run(data: bytes | bytearray, pos: int, total: int, ks: int) -> b
 def _run(
     data: bytes | bytearray, buf: pa.Buffer, pos: int, m: int, ks: int, vs: int, expect: int
 ) -> tuple[int, Columns]:
-    """How many of the m frames at stride 26 + ks + vs from `pos` are valid (the first is), and their columns."""
+    """How many of the m frames at stride OVERHEAD + ks + vs from `pos` are valid (the first is), and their columns."""
     total = OVERHEAD + ks + vs
     stop = pos + m * total
     frames = pa.Array.from_buffers(pa.binary(total), m, [None, buf.slice(pos, m * total)])
     k = m
-    key_sizes = data[pos + 17 : stop : total]
+    key_sizes = data[pos + KEY_SIZE_AT : stop : total]
     one = bytes((ks,))
     if key_sizes != one * m:
         k = min(k, m - len(key_sizes.lstrip(one)))
-    for start, want in ((18 + ks, vs), (total - 4, total)):
+    for start, want in ((HEADER_SIZE + ks, vs), (total - SIZE_FIELD, total)):
         field = _field(frames, start, 4)
         pattern = I32.pack(want) * m
         if field != pattern:
@@ -187,9 +185,9 @@ def _run(
     return k, Columns(
         offsets,
         _be64(frames, 8),
-        types.cast(pa.int32()),
-        pc.binary_slice(frames, 18, 18 + ks).cast(_BIN),
-        pc.binary_slice(frames, 22 + ks, 22 + ks + vs).cast(_BIN),
+        types.cast(_TYPE),
+        pc.binary_slice(frames, HEADER_SIZE, HEADER_SIZE + ks).cast(_BIN),
+        pc.binary_slice(frames, VALUE_AT + ks, VALUE_AT + ks + vs).cast(_BIN),
     )
 
 
@@ -239,13 +237,13 @@ def micros(ns: pa.Array) -> pa.Array:
         us = pc.subtract(us, pc.less(rest, pa.scalar(0, _I64)).cast(_I64))
     if pc.any(sentinel).as_py():
         us = pc.if_else(sentinel, pa.scalar(None, _I64), us)
-    return us.cast(pa.timestamp("us", tz="UTC"))
+    return us.cast(_TIMESTAMP)
 
 
 def read_part(p: SegmentPart) -> Iterator[pa.RecordBatch]:
     """Decode the frames of a partition into Arrow batches of the schema's columns (one per chunk read)."""
     try:
-        f = open(p.path, "rb")
+        f = open_file(p.path)
     except FileNotFoundError:
         if p.missing_ok:
             warnings.warn(f"sej: {p.path} was deleted before it was read; skipping it", CorruptionWarning, stacklevel=2)
@@ -259,7 +257,7 @@ def read_part(p: SegmentPart) -> Iterator[pa.RecordBatch]:
             size = min(want, p.end - base)
             if len(data) < size:
                 data = bytearray(size)
-            got = os.preadv(fd, [memoryview(data)[:size]], base)
+            got = _preadv_full(fd, memoryview(data)[:size], base)
             if not got:
                 break
             cols, used, problem, probe = decode_columns(data, 0, got, expect, probe)
@@ -280,9 +278,28 @@ def read_part(p: SegmentPart) -> Iterator[pa.RecordBatch]:
                     if base + got >= p.end:
                         break  # an unfinished last message: not there yet
                     head = bytes(data[: min(got, 256)])  # the frame's header
-                    want = max(READ_CHUNK, _frame_total(head, 0, len(head)) or 2 * got)
+                    want = max(READ_CHUNK, frame_total(head, 0, len(head)) or 2 * got)
         if expect < p.upto:  # e.g. a size field grown past the range: not an unfinished message here
             raise CorruptionError(p.path, base, f"the frames end at offset {expect}, before offset {p.upto}")
+
+
+def read_partition(partition: object) -> Iterator[pa.RecordBatch]:
+    """The readers' `read`: read_part of a SegmentPart; nothing for anything else (Spark reads one
+    InputPartition(None) when a plan has no partitions)."""
+    if not isinstance(partition, SegmentPart):
+        return iter(())
+    return read_part(partition)
+
+
+def _preadv_full(fd: int, view: memoryview, pos: int) -> int:
+    """Fill `view` from the file at `pos` (one preadv returns at most MAX_READ bytes); bytes read."""
+    got = 0
+    while got < len(view):
+        n = os.preadv(fd, [view[got : got + MAX_READ]], pos + got)
+        if not n:
+            break
+        got += n
+    return got
 
 
 def _batch(p: SegmentPart, cols: Columns, lo: int, hi: int) -> pa.RecordBatch:
@@ -291,13 +308,13 @@ def _batch(p: SegmentPart, cols: Columns, lo: int, hi: int) -> pa.RecordBatch:
     if lo > 0 or hi < len(cols.offset):
         arrays = [a.slice(lo, hi - lo) for a in arrays]
     if p.types is not None:
-        keep = pc.is_in(arrays[2], value_set=pa.array(p.types, pa.int32()))
+        keep = pc.is_in(arrays[2], value_set=pa.array(p.types, _TYPE))
         arrays = [pc.filter(a, keep) for a in arrays]
     n = len(arrays[0])
-    client = pa.nulls(n, pa.string()) if p.client is None else pa.repeat(pa.scalar(p.client, pa.string()), n)
-    shard = pa.repeat(pa.scalar(p.shard, pa.string()), n)
+    client = pa.nulls(n, _STRING) if p.client is None else pa.repeat(pa.scalar(p.client, _STRING), n)
+    shard = pa.repeat(pa.scalar(p.shard, _STRING), n)
     offset, ns, typ, key, value = arrays
     return pa.RecordBatch.from_arrays([client, shard, offset, micros(ns), typ, key, value], schema=ARROW_SCHEMA)
 
 
-__all__ = ["ARROW_SCHEMA", "Columns", "decode_columns", "micros", "read_part"]
+__all__ = ["Columns", "decode_columns", "micros", "read_part", "read_partition"]

@@ -6,6 +6,8 @@ import os
 import sys
 from typing import Any
 
+from .source import register
+
 
 def spark_session(app_name: str = "sej", master: str | None = None, **conf: str) -> Any:
     """A SparkSession (new or the active one) with the `sej` format registered.
@@ -28,7 +30,5 @@ def spark_session(app_name: str = "sej", master: str | None = None, **conf: str)
     for k, v in settings.items():
         builder = builder.config(k, v)
     session = builder.getOrCreate()
-    from . import register
-
     register(session)
     return session

@@ -23,25 +23,15 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from ..errors import CorruptionWarning, DataLossError, InvalidArgumentError
+from ..errors import CorruptionWarning, DataLossError
 from ..journal import first_offset, next_offset
 from ..layout import check_reader_name, list_segments, offset_dir, reader_offset_path
 from ..offset import read_offset_file, write_offset_file
-from .batch import _int_option, _offsets_option, _types_option
-from .plan import MAX_BYTES_PER_PARTITION, SegmentPart, Source, find_sources, plan_range
-from .read import read_part
+from .options import Options, bool_option, int_option, path_option, position_or_offsets_option, types_option
+from .plan import MAX_BYTES_PER_PARTITION, JournalSource, SegmentPart, find_sources, plan_range
+from .read import read_partition
 
 Offsets = dict[str, int]
-
-
-def _bool_option(options: dict[str, str], name: str, default: bool) -> bool:
-    raw = options.get(name)
-    if raw is None:
-        return default
-    low = raw.strip().lower()
-    if low not in ("true", "false"):
-        raise InvalidArgumentError(f"option {name} must be true or false, got {raw!r}")
-    return low == "true"
 
 
 def share_rows(available: dict[str, int], budget: int) -> dict[str, int]:
@@ -65,25 +55,18 @@ def share_rows(available: dict[str, int], budget: int) -> dict[str, int]:
 class SejStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batches of new messages, per journal, under a limit of rows per trigger."""
 
-    def __init__(self, options: dict[str, str]) -> None:
-        path = options.get("path")
-        if not path:
-            raise InvalidArgumentError("spark.readStream.format('sej').load(path) needs a path")
-        self.path = path
+    def __init__(self, options: Options) -> None:
+        self.path = path_option(options, "spark.readStream.format('sej').load(path)")
         name = options.get("queryname")
         self.reader_name = None if name is None else check_reader_name(f"spark-{name}")
-        starting = options.get("startingoffsets", "earliest")
-        if starting in ("earliest", "latest"):
-            self.starting: Offsets | str = starting
-        else:
-            self.starting = _offsets_option(options, "startingoffsets")
-        self.max_rows = _int_option(options, "maxrecordspertrigger", 0)
-        self.fail_on_data_loss = _bool_option(options, "failondataloss", True)
-        self.types = _types_option(options)
-        self.max_bytes = _int_option(options, "maxbytesperpartition", MAX_BYTES_PER_PARTITION)
+        self.starting = position_or_offsets_option(options, "startingoffsets", "earliest")
+        self.max_rows = int_option(options, "maxrecordspertrigger", 0)
+        self.fail_on_data_loss = bool_option(options, "failondataloss", True)
+        self.types = types_option(options)
+        self.max_bytes = int_option(options, "maxbytesperpartition", MAX_BYTES_PER_PARTITION)
         self.target: Offsets | None = None  # the end fixed by prepareForTriggerAvailableNow
 
-    def _sources(self) -> dict[str, Source]:
+    def _sources(self) -> dict[str, JournalSource]:
         return {s.name: s for s in find_sources(self.path)}
 
     def initialOffset(self) -> Offsets:
@@ -98,7 +81,7 @@ class SejStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 out[name] = int(at)
         return out
 
-    def _available(self, sources: dict[str, Source] | None = None) -> Offsets:
+    def _available(self, sources: dict[str, JournalSource] | None = None) -> Offsets:
         """Each journal's next offset now."""
         return {name: next_offset(src.path) for name, src in (sources or self._sources()).items()}
 
@@ -174,9 +157,7 @@ class SejStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         warnings.warn(f"sej: {what}; skipped (failOnDataLoss is false)", CorruptionWarning, stacklevel=3)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if not isinstance(partition, SegmentPart):  # Spark reads one InputPartition(None) when there are none
-            return iter(())
-        return read_part(partition)
+        return read_partition(partition)
 
     def commit(self, end: Offsets) -> None:
         """Store each journal's end as `ofs/spark-<queryName>.ofs` (no-op without a queryName)."""

@@ -1,0 +1,85 @@
+"""What every benchmark shares: the messages, the sizes of full and quick runs, scratch and timing helpers."""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import shutil
+import struct
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]  # the repository (this file is scripts/benchmarks/common.py)
+
+perf_counter = time.perf_counter
+
+KEY = b"key-0001"  # 8 bytes
+VALUE_SIZE = 100
+FRAME_SIZE = 26 + len(KEY) + VALUE_SIZE  # 134
+RAW = struct.Struct(f">QqBb{len(KEY)}si{VALUE_SIZE}si")  # one whole frame, as sej writes it
+HEAD = struct.Struct(">QqBb")
+I32 = struct.Struct(">i")
+TS = struct.Struct(">q")
+
+
+@dataclass
+class Config:
+    quick: bool
+    n_write: int  # messages per write-throughput run (benchmarks 1, 2)
+    batch: int  # append_many batch size
+    n_scan: int  # messages in the scanned journal (benchmark 3)
+    reps: int  # repetitions of the throughput measurements (best is reported)
+    fsync_seconds: float  # duration of each durable-append run (benchmark 4)
+    fsync_reps: int  # repetitions of benchmark 4 (median is reported)
+    follow_n: int  # measured messages of benchmark 5
+    follow_warmup: int
+    follow_interval: float
+    big_bytes: int  # journal size of benchmark 6
+    open_reps: int  # measured repetitions of benchmark 6 (median is reported)
+    sqlite_reps: int  # repetitions of benchmark 7's throughput measurements (best is reported)
+    sqlite_sync_reps: int  # repetitions of benchmark 7's durable appends (median is reported)
+    keep: bool = False  # keep the scratch journals
+    spark_rows: int = 4_000_000  # rows read by benchmark 12
+    spark_reps: int = 5  # interleaved repetitions of benchmark 12 (best is reported)
+
+
+FULL = Config(False, 300_000, 1000, 300_000, 15, 1.5, 5, 2000, 50, 0.001, 1 << 30, 9, 5, 3)
+QUICK = Config(
+    True, 30_000, 1000, 30_000, 3, 0.5, 1, 300, 20, 0.001, 64 << 20, 5, 3, 1, spark_rows=300_000, spark_reps=2
+)
+
+
+def values_for(n: int) -> list[bytes]:
+    """n 100-byte values (1024 distinct random ones, cycled)."""
+    pool = [os.urandom(VALUE_SIZE) for _ in range(1024)]
+    return [pool[i & 1023] for i in range(n)]
+
+
+def fresh(path: Path) -> Path:
+    if path.exists():
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Nearest-rank percentile of an ascending list."""
+    k = max(0, min(len(sorted_values) - 1, math.ceil(q * len(sorted_values)) - 1))
+    return sorted_values[k]
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def tree_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def sharded_keys(n: int) -> list[bytes]:
+    rng = random.Random(8)
+    pool = [rng.randbytes(len(KEY)) for _ in range(4096)]
+    return [pool[i & 4095] for i in range(n)]

@@ -1,0 +1,127 @@
+"""Verifying a journal's structure: every frame of every segment, and the offset sequence.
+
+Checks, for each segment in order: every frame is whole and valid, offsets are
+consecutive within the segment, its first offset equals its name, and it starts
+where the previous segment ended. The index files (derived data) are not
+checked. Repair is the writer's own startup recovery (`sej.recovery.recover_tail`)
+applied to the last segment under the writer lock.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ...frames import HEADER, NO_TIMESTAMP
+from ...fsutil import open_file
+from ...index import Entry
+from ...layout import Segment, is_quarantine_name, list_segments, segment_dir
+from ...segment import walk
+from ...shard import Journal
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Something wrong at a byte position of a file."""
+
+    path: str
+    position: int
+    reason: str
+    last_segment: bool = False  # in the journal's last segment
+    frame: bool = True  # a bad frame (the writer's recovery cuts those); False: a gap between segments
+
+    def __str__(self) -> str:
+        return f"{self.path}: byte {self.position}: {self.reason}"
+
+
+@dataclass
+class Report:
+    """The outcome of verifying one journal."""
+
+    journal: Journal
+    segments: int = 0
+    messages: int = 0
+    bytes: int = 0
+    problems: list[Problem] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def verify_journal(j: Journal, tick: Callable[[int], None], writer_running: bool | None) -> Report:
+    """Walk every segment of `j`; `tick(bytes)` after each. `writer_running`: an open writer holds the lock."""
+    report = Report(j)
+    segments = list_segments(j.path)
+    report.segments = len(segments)
+    expect: int | None = None  # the offset the next segment must start at (None: unknown after a problem)
+    for i, seg in enumerate(segments):
+        last = i == len(segments) - 1
+        if expect is not None and seg.first_offset != expect:
+            kind = "gap" if seg.first_offset > expect else "overlap"
+            report.problems.append(Problem(
+                seg.path, 0, f"{kind}: the segment starts at offset {seg.first_offset}, "
+                f"but the previous one ends before offset {expect}", last, frame=False,
+            ))  # fmt: skip
+        size, problem, nxt = _walk_segment(seg, last, writer_running, report)
+        report.bytes += size
+        report.messages += nxt - seg.first_offset
+        if problem is not None:
+            report.problems.append(problem)
+        expect = nxt if problem is None else None
+        tick(size)
+    quarantined = _quarantine_files(j.path)
+    for name, size in quarantined:
+        report.notes.append(f"{os.path.join(j.path, 'jnl', name)}: {size} bytes cut by an earlier recovery")
+    return report
+
+
+def _walk_segment(
+    seg: Segment, last: bool, writer_running: bool | None, report: Report
+) -> tuple[int, Problem | None, int]:
+    with open_file(seg.path) as f:
+        fd = f.fileno()
+        size = os.fstat(fd).st_size
+        w = walk(fd, Entry(seg.first_offset, 0, NO_TIMESTAMP), size)
+        if w.problem is None:
+            return size, None, w.next_offset
+        p = w.problem
+        reason = p.reason
+        if p.position == 0 and reason.startswith("offset out of sequence"):
+            found = int(HEADER.unpack(os.pread(fd, HEADER.size, 0))[0])
+            reason = f"the first frame has offset {found}, but the file name says {seg.first_offset}"
+    tail = size - p.position
+    if p.incomplete and last and writer_running:
+        report.notes.append(
+            f"{seg.path}: byte {p.position}: {reason}; a writer holds the lock, so it is probably being written"
+        )
+        return size, None, w.next_offset
+    if p.incomplete:
+        reason = (f"{reason}, the last {tail} bytes of the file (a torn tail)" if last
+                  else f"{reason} at the end of a finished segment")  # fmt: skip
+    else:
+        reason = f"{reason} ({tail} bytes from here to the end of the file)"
+    nxt = w.resume.next_offset if w.resume is not None else w.next_offset
+    return size, Problem(seg.path, p.position, reason, last), nxt
+
+
+def _quarantine_files(dir: str) -> list[tuple[str, int]]:
+    jdir = segment_dir(dir)
+    out = []
+    try:
+        with os.scandir(jdir) as entries:
+            for e in entries:
+                if is_quarantine_name(e.name) and e.is_file(follow_symlinks=False):
+                    out.append((e.name, e.stat().st_size))
+    except FileNotFoundError:
+        pass
+    return sorted(out)
+
+
+def total_bytes(journals: list[Journal]) -> int:
+    total = 0
+    for j in journals:
+        for seg in list_segments(j.path):
+            try:
+                total += os.path.getsize(seg.path)
+            except OSError:
+                pass
+    return total

@@ -1,0 +1,117 @@
+"""Commands on readers' committed offsets: `sej offset` and `sej reset`."""
+
+from __future__ import annotations
+
+import json
+from contextlib import ExitStack
+from typing import Any
+
+import click
+
+from ...errors import InvalidArgumentError, LockedError, SejError
+from ...journal import first_offset, next_offset, offset_at_time
+from ...layout import check_reader_name, reader_offset_path
+from ...offset import Offset, read_offset_file
+from ...timestamps import format_time
+from ..shell import Failure, usage
+from .output import table
+from .target import journals_at, label, readers
+from .timeparse import TIME
+
+
+@click.command("offset", short_help="First and next offset, readers' committed offsets and lag.")
+@click.argument("dir", type=click.Path(path_type=str))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def offset_cmd(dir: str, as_json: bool) -> int:
+    """First and next offset of DIR, and each reader's committed offset and lag.
+
+    The lag is next - committed: how many messages the reader has still to
+    read. A reader without a committed value starts at the first offset.
+    """
+    journals = journals_at(dir)
+    several = len(journals) > 1
+    docs: list[dict[str, Any]] = []
+    rows: list[list[object]] = []
+    failed = 0
+    for j in journals:
+        try:
+            first, nxt = first_offset(j.path), next_offset(j.path)
+        except SejError as e:
+            click.echo(f"sej: error: {e}", err=True)
+            failed += 1
+            continue
+        doc: dict[str, Any] = {"journal": j.name, "path": j.path, "first_offset": first, "next_offset": nxt}
+        doc["readers"] = []
+        lead = [j.name] if several else []
+        found = readers(j.path)
+        for r in found:
+            if r.error is not None:
+                click.echo(f"sej: error: reader {r.name}: {r.error}", err=True)
+                failed += 1
+            lag = None if r.committed is None else nxt - r.committed
+            doc["readers"].append({"name": r.name, "committed": r.committed, "lag": lag,
+                                   **({"error": str(r.error)} if r.error else {})})  # fmt: skip
+            committed: object = r.committed if r.committed is not None else ("corrupt" if r.error else "none")
+            rows.append([*lead, first, nxt, r.name, committed, lag])
+        if not found:
+            rows.append([*lead, first, nxt, None, None, None])
+        docs.append(doc)
+    if as_json:
+        click.echo(json.dumps({"journals": docs} if several else docs[0] if docs else {}))
+    else:
+        headers = ["FIRST", "NEXT", "READER", "COMMITTED", "LAG"]
+        click.echo(table(["JOURNAL", *headers] if several else headers, rows))
+    return 1 if failed else 0
+
+
+@click.command(short_help="Set a reader's committed offset (with --yes).")
+@click.argument("dir", type=click.Path(path_type=str))
+@click.option("--reader", required=True, metavar="NAME", help="The reader whose offset to set.")
+@click.option("--offset", "to_offset", type=click.IntRange(min=0), help="The new offset (the next one to read).")
+@click.option("--time", "to_time", type=TIME, help="The offset of the first message at or after this time.")
+@click.option("--yes", is_flag=True, help="Commit it (without --yes nothing changes).")
+def reset(dir: str, reader: str, to_offset: int | None, to_time: int | None, yes: bool) -> None:
+    """Show, and with --yes commit, a new committed offset for a reader of DIR.
+
+    With --time on a root of several journals, each journal's reader gets its
+    own offset for that time. The commit goes through the reader's lock: a
+    reader in use by a running process is an error (exit 1).
+    """
+    if (to_offset is None) == (to_time is None):
+        raise usage("give exactly one of --offset and --time")
+    try:
+        check_reader_name(reader)
+    except InvalidArgumentError as e:
+        raise usage(f"--reader: {e}") from None
+    journals = journals_at(dir)
+    several = len(journals) > 1
+    if several and to_offset is not None:
+        raise usage(f"--offset needs one journal, and {dir} holds {len(journals)}: use --time, or give one journal")
+    with ExitStack() as stack:
+        offsets: dict[str, Offset] = {}
+        if yes:  # take every lock before changing anything
+            for j in journals:
+                try:
+                    offsets[j.path] = stack.enter_context(Offset(j.path, reader))
+                except LockedError as e:
+                    raise Failure(f"reader {reader} is in use by another process ({e}); nothing changed") from None
+        plans = []
+        for j in journals:
+            first, nxt = first_offset(j.path), next_offset(j.path)
+            new = to_offset if to_offset is not None else offset_at_time(j.path, to_time)  # type: ignore[arg-type]
+            if not first <= new <= nxt:
+                raise usage(f"--offset {new} is outside {j.path}, which holds offsets {first} to {nxt} (next)")
+            current = read_offset_file(reader_offset_path(j.path, reader))
+            plans.append((j, current, new, nxt))
+        lead_headers = ["JOURNAL"] if several else []
+        rows = [[*([label(j, several)] if several else []), reader, "none" if cur is None else cur, new, nxt - new]
+                for j, cur, new, nxt in plans]  # fmt: skip
+        click.echo(table([*lead_headers, "READER", "CURRENT", "NEW", "LAG"], rows))
+        if to_time is not None:
+            click.echo(f"(--time {format_time(to_time)})")
+        if not yes:
+            click.echo("dry run: nothing changed; add --yes to commit")
+            return
+        for j, _cur, new, _nxt in plans:
+            offsets[j.path].commit(new)
+        click.echo(f"committed {len(plans)} offset{'s' if len(plans) != 1 else ''}")

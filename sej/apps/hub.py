@@ -1,0 +1,213 @@
+"""The `sej-hub` console script: the hub daemon, or one pass with --once.
+
+    sej-hub --config hub.toml [--once] [--log-level LEVEL] [--debug]
+    python -m sej.apps.hub ...     (the same)
+
+Logs go to stderr (logger "sej.hub"). Errors end as ONE line on stderr,
+``sej-hub: error: ...``, and an exit code, as with the `sej` tool: 0 fine (the
+daemon stopped by SIGTERM/SIGINT, or a pass without failures), 1 problems (a
+client or a journal failed in --once, another hub holds the lock, I/O errors),
+2 usage errors (bad options, a missing or invalid config file), 130 a --once
+pass interrupted by a signal. With --debug an unexpected error shows its
+traceback instead.
+
+The helpers here (logging, signals, one pass, the lock, exiting) serve sej-hub-cron
+(sej.apps.hub_cron) too. The hub itself is the library sej.hub.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures.thread
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+from typing import IO, NoReturn
+
+import click
+
+from .. import __version__
+from ..errors import LockedError
+from ..hub.config import HubConfig, load_config
+from ..hub.daemon import ClientReport, Hub, lock_hub, lock_path
+from ..hub.location import transport_errors
+from ..lock import unlock_file
+from .shell import INTERRUPTED, OK, PROBLEMS, Failure, Program, debug_option, debugging
+
+log = logging.getLogger("sej.hub")
+
+LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def setup_logging(level: str) -> None:
+    """Log records of sej (and paramiko's warnings) to stderr at `level`."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        root.removeHandler(h)
+    root.addHandler(handler)
+    root.setLevel(level)
+    # paramiko says "Connected (version ...)" and "Authentication ... successful" at INFO on every connect.
+    logging.getLogger("paramiko").setLevel(level if level == "DEBUG" else "WARNING")
+
+
+def quiet_prefetch_errors() -> None:
+    """Log, in one line, the error paramiko's SFTP prefetch thread dies of when a connection drops.
+
+    The read that started the prefetch fails with that error too and is reported per journal,
+    so the thread's traceback on stderr would only repeat it.
+    """
+    default = threading.excepthook
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        name = args.thread.name if args.thread is not None else ""
+        if "_prefetch_thread" in name and isinstance(args.exc_value, transport_errors()):
+            log.debug("SFTP prefetch stopped: %s", args.exc_value)
+            return
+        default(args)
+
+    threading.excepthook = hook
+
+
+@contextmanager
+def stop_on_signals(stop: threading.Event) -> Iterator[None]:
+    """SIGTERM and SIGINT set `stop` while inside (from the main thread only)."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        stop.set()  # the main thread never waits on `stop` itself, so this cannot deadlock
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def summarize(reports: list[ClientReport]) -> list[str]:
+    """Every failure of a pass, one line each."""
+    return [line for r in reports for line in r.failures()]
+
+
+def run_pass(config: HubConfig, stop: threading.Event) -> list[ClientReport]:
+    """One pass over every client, then close the connections."""
+    with Hub(config) as hub:
+        reports = hub.run_once(stop)
+    copied = sum(r.messages for r in reports)
+    failures = summarize(reports)
+    log.info(
+        "pass done: %d clients, %d messages (%d bytes) copied, %d failures",
+        len(reports),
+        copied,
+        sum(r.bytes for r in reports),
+        len(failures),
+    )
+    return reports
+
+
+def hold_lock(config: HubConfig) -> IO[str]:
+    """The hub root's lock, or a Failure naming it when another hub run holds it."""
+    try:
+        return lock_hub(config)
+    except LockedError:
+        raise Failure(f"another hub run holds the lock {lock_path(config)}", PROBLEMS) from None
+
+
+def start(config_path: str, log_level: str | None) -> HubConfig:
+    """Common start of sej-hub and sej-hub-cron: logging (DEBUG with --debug), the config."""
+    setup_logging((log_level or ("DEBUG" if debugging() else "INFO")).upper())
+    quiet_prefetch_errors()
+    return load_config(config_path)
+
+
+@click.command(cls=Program, name="sej-hub", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--config", "config_path", required=True, metavar="FILE", help="The hub.toml file.")
+@click.option("--once", is_flag=True, help="One pass over every client, then exit (1 if anything failed).")
+@click.option(
+    "--log-level",
+    type=click.Choice(LEVELS, case_sensitive=False),
+    default=None,
+    help="Log level on stderr (default INFO, or DEBUG with --debug).",
+)
+@debug_option("Show tracebacks of unexpected errors; log at DEBUG.")
+@click.version_option(__version__, prog_name="sej-hub")
+def cli(config_path: str, once: bool, log_level: str | None) -> int:
+    """Copy producers' journals into the hub root, exactly once: the sej hub daemon.
+
+    Reads FILE (hub.toml: hub_root, hub_name, poll_interval, workers,
+    backoff_max and [[client]] entries). Without --once it runs until SIGTERM
+    or SIGINT, which let the current chunks finish. Exit codes: 0 fine,
+    1 problems, 2 usage errors.
+    """
+    config = start(config_path, log_level)
+    stop = threading.Event()
+    lock = hold_lock(config)
+    try:
+        with stop_on_signals(stop):
+            if not once:
+                Hub(config).run_forever(stop)
+                return OK
+            reports = run_pass(config, stop)
+    finally:
+        unlock_file(lock)
+    failures = summarize(reports)
+    if failures:
+        clients = sum(1 for r in reports if not r.ok)
+        raise Failure(f"{len(failures)} failures in {clients} of {len(reports)} clients (see the log above)")
+    if stop.is_set():
+        raise Failure("interrupted: the pass stopped early (the next one continues)", INTERRUPTED)
+    return OK
+
+
+def exit_process(code: int) -> NoReturn:
+    """Exit with `code`, also when a pass was abandoned in a call that never returns.
+
+    Python's exit joins every non-daemon thread and every executor worker (the copy engine's): one
+    stuck in the kernel (a hung network filesystem) would keep the process alive for good,
+    whatever signal asked it to stop. Then the logs and streams are flushed and the process
+    ends with os._exit. What such a thread was copying is safe to drop: the hub's offset on the
+    source moves only after the copied bytes are fsynced, and the next copy cuts a torn tail aside.
+    """
+    deadline = time.monotonic() + EXIT_WAIT
+    joined_at_exit = getattr(concurrent.futures.thread, "_threads_queues", {})  # executor workers, daemon or not
+    stuck = []
+    for t in threading.enumerate():
+        if t is threading.current_thread() or (t.daemon and t not in joined_at_exit):
+            continue
+        t.join(max(0.0, deadline - time.monotonic()))
+        if t.is_alive():
+            stuck.append(t.name)
+    if not stuck:
+        sys.exit(code)
+    log.warning("exiting with %d threads still stuck in calls that did not return: %s", len(stuck), ", ".join(stuck))
+    for h in logging.getLogger().handlers:
+        try:
+            h.flush()
+        except Exception:
+            pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
+EXIT_WAIT = 1.0
+"""Seconds exit_process waits for threads still running before it stops waiting for them."""
+
+
+def main() -> None:
+    """The console script `sej-hub`."""
+    exit_process(cli.main(prog_name="sej-hub", standalone_mode=False))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""Group commit: threads waiting for their bytes to be durable share fsyncs.
+
+The first thread to need an fsync leads: it fsyncs everything written so far and
+wakes exactly the waiting threads that fsync covered. While threads wait for bytes
+written during that fsync, it fsyncs again for them at once (up to LEAD_ROUNDS
+times) rather than handing over to a thread that must wake first.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from typing import IO
+
+LEAD_ROUNDS = 8
+"""At most this many fsyncs in a row by one leading thread (bounds its own wait)."""
+
+_fdatasync = getattr(os, "fdatasync", os.fsync)
+
+
+class GroupCommit:
+    """Tracks how many bytes a writer has made durable, and fsyncs for waiting threads.
+
+    `position()` (given by the writer) returns (bytes written so far, descriptor of
+    the file they end in); it is called without the writer's lock, so the writer must
+    count bytes before it switches files, and fsync a file before it leaves it.
+    """
+
+    __slots__ = ("lock", "durable", "_position", "_syncing", "_waiting", "_events", "_retired")
+
+    def __init__(self, position: Callable[[], tuple[int, int]]) -> None:
+        self.lock = threading.Lock()  # guards the state below
+        self.durable = 0  # bytes known to be fsynced
+        self._position = position
+        self._syncing = False  # a thread is leading fsyncs
+        self._waiting: list[tuple[int, threading.Event]] = []  # (ticket, wake-up) of waiting threads
+        self._events = threading.local()  # each thread's reusable wake-up Event
+        self._retired: list[IO[bytes]] = []  # finished files a running fsync may still use
+
+    def wait(self, ticket: int) -> None:
+        """Return once the first `ticket` written bytes are fsynced."""
+        while True:
+            with self.lock:
+                if self.durable >= ticket:
+                    return
+                if not self._syncing:
+                    self._syncing = True
+                    break
+                event = getattr(self._events, "event", None)
+                if event is None:
+                    event = self._events.event = threading.Event()
+                event.clear()
+                self._waiting.append((ticket, event))
+            event.wait()  # covered, or asked to lead
+        try:
+            for _ in range(LEAD_ROUNDS):
+                target, fd = self._position()
+                _fdatasync(fd)
+                with self.lock:
+                    if target > self.durable:
+                        self.durable = target
+                    if not self._wake_covered():
+                        break
+        finally:
+            with self.lock:
+                self._syncing = False
+                if self._waiting:  # hand over to a thread still waiting
+                    self._waiting.pop(0)[1].set()
+        if self._retired:
+            with self.lock:
+                if not self._syncing:
+                    self._close_retired()
+
+    def left_file(self, written: int, file: IO[bytes] | None) -> None:
+        """The writer fsynced `file`, holding all `written` bytes, and moved on: close it when unused."""
+        with self.lock:
+            self.durable = written
+            if file is not None:
+                self._retired.append(file)
+            if not self._syncing:
+                self._close_retired()
+            self._wake_covered()
+
+    def close(self) -> None:
+        with self.lock:
+            self._close_retired()
+
+    def _close_retired(self) -> None:
+        for f in self._retired:
+            f.close()
+        self._retired.clear()
+
+    def _wake_covered(self) -> bool:
+        """Wake the waiters whose bytes are durable; True if some still wait. Holds self.lock."""
+        durable = self.durable
+        still = []
+        for ticket, event in self._waiting:
+            if ticket <= durable:
+                event.set()
+            else:
+                still.append((ticket, event))
+        self._waiting = still
+        return bool(still)
+
+
+__all__ = ["GroupCommit", "LEAD_ROUNDS"]

@@ -1,0 +1,292 @@
+"""The SEJ frame layout in pure functions: constants, checks and the frame walkers (bytes in, no I/O).
+
+A frame, all integers big-endian (byte-identical with h12.io/sej)::
+
+    offset u64 | timestamp i64 | type u8 | key_size i8 | key | value_size i32 | value | size i32
+
+`size` is the whole frame, itself included: OVERHEAD (26) + len(key) + len(value).
+Every walk over frames (the writer's recovery, scanners, the hub's check, the Spark
+decoder) takes its general step with `frame_at`; runs of frames of the same size
+take a fast path of one cached struct call each (`sized_struct`).
+"""
+
+from __future__ import annotations
+
+import functools
+import struct
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from .index import SparseIndex
+
+NO_TIMESTAMP = -(2**63)
+"""The timestamp field value meaning "no timestamp" (decoded as None)."""
+
+HEADER = struct.Struct(">QqBb")  # offset, timestamp, type, key_size
+HEADER_SIZE = HEADER.size  # 18
+I32 = struct.Struct(">i")
+SIZE_FIELD = I32.size  # 4: value_size, and the trailing size
+OVERHEAD = HEADER_SIZE + 2 * SIZE_FIELD  # 26: header, value_size, size
+MAX_KEY = 127
+MAX_VALUE = 2**31 - 1 - OVERHEAD - MAX_KEY
+MAX_OFFSET = 2**64 - 1
+INDEX_INTERVAL = 4096
+"""Bytes of segment between two sparse index entries (at least): see sej.index."""
+
+
+class Message(NamedTuple):
+    """One journal message. `timestamp` is ns since the Unix epoch, or None."""
+
+    offset: int
+    timestamp: int | None
+    type: int
+    key: bytes
+    value: bytes
+
+
+_new_message = tuple.__new__
+
+
+class Problem(NamedTuple):
+    """Why decoding stopped before the end of the buffer.
+
+    `incomplete` is True when the bytes so far are a valid prefix of a frame
+    (more data may complete it); False when they can never be a valid frame.
+    """
+
+    position: int
+    reason: str
+    incomplete: bool
+
+
+def check_frame(buf: bytes | bytearray | memoryview, pos: int, end: int, expect: int | None) -> Problem | int:
+    """Validate the frame at `pos` without building a Message; return its end or a Problem."""
+    avail = end - pos
+    if avail < HEADER_SIZE:
+        return Problem(pos, f"incomplete frame: {avail} of at least {OVERHEAD} bytes", True)
+    off, _ts, _typ, ks = HEADER.unpack_from(buf, pos)
+    if expect is not None and off != expect:
+        return Problem(pos, f"offset out of sequence: found {off}, expected {expect}", False)
+    if ks < 0:
+        return Problem(pos, f"negative key size {ks}", False)
+    vpos = pos + HEADER_SIZE + ks
+    if vpos + 4 > end:
+        return Problem(pos, "incomplete frame: cut inside the key", True)
+    (vs,) = I32.unpack_from(buf, vpos)
+    if vs < 0:
+        return Problem(pos, f"negative value size {vs}", False)
+    total: int = OVERHEAD + ks + vs
+    if total > avail:
+        return Problem(pos, f"incomplete frame: {avail} of {total} bytes", True)
+    size: int = I32.unpack_from(buf, pos + total - 4)[0]
+    if size != total:
+        return Problem(pos, f"size field disagrees: says {size}, frame is {total} bytes", False)
+    return pos + total
+
+
+def frame_at(
+    buf: bytes | bytearray | memoryview,
+    pos: int,
+    end: int,
+    expect: int | None,
+    _head: Callable[[Any, int], tuple[Any, ...]] = HEADER.unpack_from,
+    _i32: Callable[[Any, int], tuple[Any, ...]] = I32.unpack_from,
+) -> tuple[int, int, int, int, int] | None:
+    """(offset, timestamp, type, key size, value size) of the whole, valid frame at buf[pos:end].
+
+    None when there is none there (check_frame says why): the frame must carry the
+    offset `expect` (any offset when None), sizes that are not negative, fit before
+    `end`, and a trailing size field equal to its length. Every frame walk's general step.
+    """
+    if end - pos < OVERHEAD:
+        return None
+    off, ts, typ, ks = _head(buf, pos)
+    if expect is not None and off != expect or ks < 0:
+        return None
+    vpos = pos + HEADER_SIZE + ks
+    if vpos + 4 > end:
+        return None
+    (vs,) = _i32(buf, vpos)
+    nxt = vpos + 8 + vs
+    if vs < 0 or nxt > end or _i32(buf, nxt - 4)[0] != nxt - pos:
+        return None
+    return off, ts, typ, ks, vs
+
+
+def frame_total(data: bytes | bytearray | memoryview, p: int, n: int) -> int | None:
+    """The full size of the frame starting at data[p], if its header is there."""
+    if n - p < HEADER_SIZE:
+        return None
+    ks = data[p + HEADER_SIZE - 1]
+    if ks > MAX_KEY or p + HEADER_SIZE + ks + 4 > n:
+        return None
+    vs: int = I32.unpack_from(data, p + HEADER_SIZE + ks)[0]
+    return OVERHEAD + ks + vs
+
+
+FRAME_FORMAT = ">QqBb{ks}si{vs}si"
+"""A whole frame with known key and value sizes: one pack or unpack call."""
+
+CHECK_FORMAT = ">Qqxb{ks}xi{vs}xi"
+"""offset, timestamp, key size, value size and size of such a frame; key and value are skipped."""
+
+
+@functools.lru_cache(maxsize=2048)
+def sized_struct(fmt: str, ks: int, vs: int) -> struct.Struct:
+    """The struct of `fmt` for frames with these key and value sizes (cached, shared by all)."""
+    return struct.Struct(fmt.format(ks=ks, vs=vs))
+
+
+def decode_batch(
+    buf: bytes | bytearray | memoryview,
+    pos: int,
+    end: int,
+    expect: int | None,
+    limit: int = 1 << 62,
+) -> tuple[list[Message], int, Problem | None]:
+    """Decode up to `limit` whole frames from buf[pos:end].
+
+    Each frame must carry the offset `expect`, `expect + 1`, ... (no check when
+    `expect` is None). Returns the messages, the position after the last one, and
+    the Problem that stopped decoding (None when it stopped at `end` or `limit`).
+    """
+    out: list[Message] = []
+    append = out.append
+    new = _new_message
+    no_ts = NO_TIMESTAMP
+    check = expect is not None
+    n = 0
+    # Frames with the same key and value sizes as the two before them are decoded by one
+    # cached struct call (`same`), checked field by field; any other frame takes the general path.
+    same = None
+    same_ks = same_vs = same_total = -1
+    last_sizes = -1
+    while n < limit:
+        if same is not None:
+            if end - pos >= same_total:
+                off, ts, typ, ks, key, vs, value, size = same(buf, pos)
+                if ks == same_ks and vs == same_vs and size == same_total and (off == expect or not check):
+                    append(new(Message, (off, None if ts == no_ts else ts, typ, key, value)))
+                    pos += same_total
+                    n += 1
+                    if check:
+                        expect += 1  # type: ignore[operator]
+                    continue
+            same = None
+        if pos == end:
+            return out, pos, None
+        f = frame_at(buf, pos, end, expect)
+        if f is None:
+            break
+        off, ts, typ, ks, vs = f
+        kpos = pos + HEADER_SIZE
+        vpos = kpos + ks
+        nxt = vpos + vs + 8
+        append(new(Message, (off, None if ts == no_ts else ts, typ, buf[kpos:vpos], buf[vpos + 4 : nxt - 4])))
+        pos = nxt
+        if check:
+            expect += 1  # type: ignore[operator]
+        n += 1
+        sizes = ks << 32 | vs
+        if sizes == last_sizes:
+            same = sized_struct(FRAME_FORMAT, ks, vs).unpack_from
+            same_ks, same_vs, same_total = ks, vs, OVERHEAD + ks + vs
+        last_sizes = sizes
+    else:
+        return out, pos, None
+    problem = check_frame(buf, pos, end, expect)
+    assert not isinstance(problem, int), "decode_batch stopped at a valid frame"
+    return out, pos, problem
+
+
+class Frames(NamedTuple):
+    """How far whole, valid frames reach in a buffer (see walk_frames)."""
+
+    used: int  # bytes of whole, valid frames from the start position
+    next_offset: int
+    max_ts: int
+    next_entry: int  # segment position at or after which the next index entry is due
+    problem: Problem | None  # what stopped the walk before the end of the buffer
+
+
+def walk_frames(
+    data: bytes | bytearray | memoryview,
+    p: int,
+    n: int,
+    base: int,
+    offset: int,
+    max_ts: int,
+    next_entry: int,
+    index: SparseIndex | None,
+    interval: int = INDEX_INTERVAL,
+) -> Frames:
+    """Validate the frames of data[p:n], which sit at segment position `base + p` (pure: no I/O).
+
+    Each frame must carry the next offset, sane sizes and a matching trailing size.
+    Index entries (position >= next_entry, then every `interval` bytes) are added to `index` on the way.
+    """
+    start = p
+    # Frames with the same sizes as the one before are checked by one cached struct call that
+    # skips the key and value bytes (`same`); any other frame takes the general path.
+    same = None
+    same_ks = same_vs = same_total = -1
+    last_sizes = -1
+    while n - p >= OVERHEAD:
+        if same is not None:
+            if n - p >= same_total:
+                off, ts, ks, vs, size = same(data, p)
+                if off == offset and ks == same_ks and vs == same_vs and size == same_total:
+                    if ts > max_ts:
+                        max_ts = ts
+                    if base + p >= next_entry:
+                        index.add(offset, base + p, max_ts)  # type: ignore[union-attr]
+                        next_entry = base + p + interval
+                    offset += 1
+                    p += same_total
+                    continue
+            same = None
+        f = frame_at(data, p, n, offset)
+        if f is None:
+            break
+        _off, ts, _typ, ks, vs = f
+        if ts > max_ts:
+            max_ts = ts
+        if base + p >= next_entry:
+            index.add(offset, base + p, max_ts)  # type: ignore[union-attr]
+            next_entry = base + p + interval
+        offset += 1
+        p += OVERHEAD + ks + vs
+        sizes = ks << 32 | vs
+        if sizes == last_sizes:
+            same = sized_struct(CHECK_FORMAT, ks, vs).unpack_from
+            same_ks, same_vs, same_total = ks, vs, OVERHEAD + ks + vs
+        last_sizes = sizes
+    problem = None if p == n else check_frame(data, p, n, offset)
+    assert not isinstance(problem, int), "walk_frames stopped at a valid frame"
+    return Frames(p - start, offset, max_ts, next_entry, problem)
+
+
+__all__ = [
+    "CHECK_FORMAT",
+    "FRAME_FORMAT",
+    "HEADER",
+    "HEADER_SIZE",
+    "I32",
+    "INDEX_INTERVAL",
+    "MAX_KEY",
+    "MAX_OFFSET",
+    "MAX_VALUE",
+    "NO_TIMESTAMP",
+    "OVERHEAD",
+    "SIZE_FIELD",
+    "Frames",
+    "Message",
+    "Problem",
+    "check_frame",
+    "decode_batch",
+    "frame_at",
+    "frame_total",
+    "sized_struct",
+    "walk_frames",
+]

@@ -1,0 +1,178 @@
+"""Where the hub copies from: a location (a local path, or ssh://[user@]host[:port]/path) and its Sources.
+
+`Origin.parse(text)` reads a location; a hub.toml client gives one too
+(`ClientConfig.origin`). `open_sources(origin)` makes the `Sources` of an origin:
+the factory of Sources the copy engine takes (copy_all's `make_source`), each a
+LocalSource of the root, or an SftpSource on its own SFTP channel of one SSH
+connection, made when the Sources are opened. `sej copy`, the hub daemon and the
+main job all build their sources here.
+
+paramiko is imported only when an SSH location is opened (sej.hub.ssh); without it
+installed that fails with one clear SejError.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
+
+from ..errors import InvalidArgumentError, SejError
+from .source import CONNECT_TIMEOUT, IO_TIMEOUT, LocalSource, Source
+
+if TYPE_CHECKING:
+    import paramiko
+
+
+_URL = re.compile(
+    r"\Assh://(?:(?P<user>[^@/:]+)@)?(?P<host>[^/:@]+|\[[0-9a-fA-F:.]+\])(?::(?P<port>\d+))?(?P<path>/.*)\Z"
+)
+
+
+class Location(NamedTuple):
+    """An `ssh://[user@]host[:port]/path` location."""
+
+    user: str | None
+    host: str
+    port: int | None
+    path: str
+
+    def __str__(self) -> str:
+        user = f"{self.user}@" if self.user else ""
+        port = f":{self.port}" if self.port else ""
+        return f"ssh://{user}{self.host}{port}{self.path}"
+
+
+def parse_location(text: str) -> Location | None:
+    """The SSH location in `text`, or None when it is a local path; bad ssh:// URLs raise."""
+    if not text.startswith("ssh://"):
+        return None
+    m = _URL.match(text)
+    if not m:
+        raise InvalidArgumentError(f"{text!r} is not an ssh://[user@]host[:port]/path location")
+    port = int(m.group("port")) if m.group("port") else None
+    if port is not None and not 0 < port < 65536:
+        raise InvalidArgumentError(f"port {port} in {text!r} is not a TCP port")
+    return Location(m.group("user"), m.group("host").strip("[]"), port, m.group("path"))
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a producer's journals are: `root` on this machine, or `root` on `host` over SSH (SFTP).
+
+    `root` is a sharded root or one journal. The SSH settings not given here come from
+    ~/.ssh/config (sej.hub.ssh.resolve); only keys authenticate, and a host key is checked
+    against known_hosts unless accept_new_host_key is set.
+    """
+
+    root: str
+    host: str | None = None
+    port: int | None = None
+    user: str | None = None
+    identity: str | None = None
+    known_hosts: str | None = None
+    accept_new_host_key: bool = False
+
+    @classmethod
+    def parse(
+        cls,
+        text: str,
+        *,
+        identity: str | None = None,
+        known_hosts: str | None = None,
+        accept_new_host_key: bool = False,
+    ) -> Origin:
+        """The origin a location names: ssh://[user@]host[:port]/path, or else a local path."""
+        loc = parse_location(text)
+        if loc is None:
+            return cls(text)
+        return cls(loc.path, loc.host, loc.port, loc.user, identity, known_hosts, accept_new_host_key)
+
+    @property
+    def is_local(self) -> bool:
+        return self.host is None
+
+    def __str__(self) -> str:
+        if self.host is None:
+            return self.root
+        user = f"{self.user}@" if self.user else ""
+        port = f":{self.port}" if self.port else ""
+        return f"ssh://{user}{self.host}{port}{'' if self.root.startswith('/') else '/~/'}{self.root}"
+
+
+class Sources:
+    """The Sources of one origin: call it for a new Source (copy_all's `make_source`).
+
+    `label` names where they come from in messages: the local root, or user@host:port.
+    `ssh` is the SSH connection the SftpSources share (None for a local origin); close()
+    (or leaving `with`) closes it, which also makes every call still waiting on it fail.
+    """
+
+    def __init__(self, label: str, make: Callable[[], Source], ssh: paramiko.SSHClient | None = None) -> None:
+        self.label = label
+        self.ssh = ssh
+        self._make = make
+
+    def __call__(self) -> Source:
+        return self._make()
+
+    def alive(self) -> bool:
+        """False once the SSH connection is gone (closed, or lost); a local origin is always alive."""
+        if self.ssh is None:
+            return True
+        transport = self.ssh.get_transport()
+        return transport is not None and transport.is_active()
+
+    def close(self) -> None:
+        if self.ssh is not None:
+            self.ssh.close()
+
+    def __enter__(self) -> Sources:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_sources(
+    origin: Origin, *, connect_timeout: float = CONNECT_TIMEOUT, io_timeout: float = IO_TIMEOUT
+) -> Sources:
+    """The Sources of `origin`: LocalSources of its root, or SftpSources over one new SSH connection.
+
+    Connecting resolves the host with ~/.ssh/config and fails with an SshError or HostKeyError
+    naming the reason (after at most `connect_timeout` seconds per step). Over SSH, an SFTP
+    reply that takes longer than `io_timeout` seconds fails its call with a SourceError.
+    """
+    if origin.host is None:
+        root = origin.root
+        return Sources(root, lambda: LocalSource(root))
+    try:
+        from . import ssh
+    except ModuleNotFoundError as e:
+        if e.name != "paramiko":
+            raise
+        raise SejError(
+            f"{origin}: copying over SSH needs paramiko, which is not installed: "
+            "install sej with its 'hub' extra (pip install '.[hub]' in a checkout)"
+        ) from None
+    ep = ssh.resolve(origin.host, origin.port, origin.user, origin.identity, origin.known_hosts)
+    label = f"{ep.user}@{ep.host}:{ep.port}"
+    client = ssh.connect(ep, accept_new_host_key=origin.accept_new_host_key, timeout=connect_timeout)
+    try:
+        make: Callable[[], Source] = ssh.sftp_sources(client, origin.root, label, io_timeout)
+    except BaseException:
+        client.close()
+        raise
+    return Sources(label, make, client)
+
+
+def transport_errors() -> tuple[type[BaseException], ...]:
+    """What a call to a producer can fail with: OSError, EOFError and, once paramiko is in use, SSHException.
+
+    paramiko is not imported for this: an SSHException can only come from a paramiko already imported.
+    """
+    paramiko = sys.modules.get("paramiko")
+    ssh_error: tuple[type[BaseException], ...] = () if paramiko is None else (paramiko.SSHException,)
+    return (OSError, EOFError, *ssh_error)

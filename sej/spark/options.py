@@ -1,0 +1,119 @@
+"""The options of the `sej` format, parsed: one function per kind of option, shared by the batch and stream readers.
+
+Spark's option names are case-insensitive: `lower_case` gives the dict the parsers read,
+and they look names up in lower case (`startingoffsets`). A bad value raises
+InvalidArgumentError naming the option and the value; a missing one gives the default.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from ..errors import InvalidArgumentError
+from ..timestamps import parse_time
+
+Options = dict[str, str]
+"""Options by lower-case name."""
+
+
+def lower_case(options: Mapping[str, Any]) -> Options:
+    """The options as strings, by lower-case name."""
+    return {str(k).lower(): str(v) for k, v in dict(options).items()}
+
+
+def path_option(options: Options, call: str) -> str:
+    """The `path` option; InvalidArgumentError saying `call` needs one when it is missing or empty."""
+    path = options.get("path")
+    if not path:
+        raise InvalidArgumentError(f"{call} needs a path")
+    return path
+
+
+def offsets_option(options: Options, name: str) -> dict[str, int]:
+    """JSON `{"<journal>": offset}` (an offset >= 0, -1 for the latest or -2 for the earliest); {} when missing."""
+    raw = options.get(name)
+    if raw is None:
+        return {}
+    try:
+        parsed = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise InvalidArgumentError(f'option {name} must be JSON like {{"<journal>": 42}}, got {raw!r}: {e}') from None
+    if not isinstance(parsed, dict) or not all(isinstance(v, int) and v >= -2 for v in parsed.values()):
+        raise InvalidArgumentError(f"option {name} must map journal names to offsets (>= 0, -1 or -2), got {raw!r}")
+    return {str(k): int(v) for k, v in parsed.items()}
+
+
+def position_or_offsets_option(options: Options, name: str, default: str) -> str | dict[str, int]:
+    """The position `earliest` or `latest` (`default` when missing), or offsets as `offsets_option` reads them."""
+    raw = options.get(name, default)
+    if raw in ("earliest", "latest"):
+        return raw
+    return offsets_option(options, name)
+
+
+def time_option(options: Options, name: str) -> int | None:
+    """A time as sej.timestamps.parse_time reads it (ISO 8601, relative, `now` or ns), in ns; None when missing."""
+    raw = options.get(name)
+    if raw is None:
+        return None
+    try:
+        return parse_time(raw)
+    except InvalidArgumentError as e:
+        raise InvalidArgumentError(f"option {name}: {e}") from None
+
+
+def types_option(options: Options, name: str = "type") -> tuple[int, ...] | None:
+    """Message types 0-255, comma-separated (`2` or `1,3`); None (every type) when missing."""
+    raw = options.get(name)
+    if raw is None:
+        return None
+    try:
+        types = tuple(int(x) for x in str(raw).split(","))
+    except ValueError:
+        types = ()
+    if not types or not all(0 <= t <= 255 for t in types):
+        raise InvalidArgumentError(f"option {name} must be message types 0-255 like 2 or 1,3, got {raw!r}")
+    return types
+
+
+def int_option(options: Options, name: str, default: int, minimum: int = 1) -> int:
+    """An integer >= `minimum`; `default` (which may be below it) when missing."""
+    raw = options.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = minimum - 1
+    if value < minimum:
+        raise InvalidArgumentError(f"option {name} must be an integer >= {minimum}, got {raw!r}")
+    return value
+
+
+def bool_option(options: Options, name: str, default: bool, *, strict: bool = True) -> bool:
+    """`true` or `false` (any case, spaces around ignored); `default` when missing.
+
+    Not `strict`: any other value is false instead of an error (pushFilters has always read so).
+    """
+    raw = options.get(name)
+    if raw is None:
+        return default
+    low = raw.strip().lower()
+    if strict and low not in ("true", "false"):
+        raise InvalidArgumentError(f"option {name} must be true or false, got {raw!r}")
+    return low == "true"
+
+
+__all__ = [
+    "Options",
+    "bool_option",
+    "int_option",
+    "lower_case",
+    "offsets_option",
+    "path_option",
+    "position_or_offsets_option",
+    "time_option",
+    "types_option",
+]

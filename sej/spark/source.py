@@ -1,0 +1,42 @@
+"""The `sej` format as PySpark sees it: the DataSource that gives Spark the schema and the readers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
+from pyspark.sql.types import StructType
+
+from .batch import SejBatchReader, SejFilteringReader
+from .options import bool_option, lower_case
+from .schema import SCHEMA
+from .stream import SejStreamReader
+
+
+class SejDataSource(DataSource):
+    """The `sej` format: `spark.read.format("sej")` and `spark.readStream.format("sej")`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "sej"
+
+    def schema(self) -> StructType:
+        return SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        options = lower_case(self.options)
+        # Two classes: a reader with pushFilters fails unless Spark's filterPushdown is on (see SejFilteringReader).
+        if bool_option(options, "pushfilters", False, strict=False):
+            return SejFilteringReader(options)
+        return SejBatchReader(options)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return SejStreamReader(lower_case(self.options))
+
+
+def register(spark: Any) -> None:
+    """Register the `sej` format with a SparkSession: `spark.read.format("sej").load(path)`."""
+    spark.dataSource.register(SejDataSource)
+
+
+__all__ = ["SejDataSource", "register"]

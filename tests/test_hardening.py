@@ -1,0 +1,352 @@
+"""Issue 10's regressions: huge frames, bad indexes, damage in place, a deleted writer lock.
+
+Each test failed on main before the fix (see the closing note of issue 10). Huge
+frames are built as sparse files, so a 2 GiB message costs no disk until the hub
+copies it.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+import sej
+from sej import index as idx
+from sej.apps.cli.main import cli
+from sej.hub.copy import CopyError, copy_journal
+from sej.hub.source import LocalSource
+from sej.layout import index_path, segment_path, writer_lock_path
+from sej.message import HEADER, I32, OVERHEAD, encode
+
+from .conftest import REPO
+
+BIG = 0x7FFFF000  # the most one read or pread returns on Linux
+TS = 1_700_000_000 * 10**9
+
+
+def sparse_journal(jdir: str, value_size: int = BIG, hole_after: int = 0) -> int:
+    """A journal whose message 0 has a `value_size`-byte zero value (a sparse file), then message 1.
+
+    `hole_after` more zero bytes (a hole) follow the frames. Returns message 0's frame size.
+    """
+    os.makedirs(os.path.join(jdir, "jnl"))
+    total = OVERHEAD + value_size
+    with open(segment_path(jdir, 0), "wb") as f:
+        f.write(HEADER.pack(0, TS, 7, 0) + I32.pack(value_size))
+        f.seek(total - 4)
+        f.write(I32.pack(total))
+        f.write(encode(1, TS + 1, 0, b"k", b"after the big one"))
+        if hole_after:
+            f.truncate(f.tell() + hole_after)
+    return total
+
+
+PEAK = (
+    # The process's peak resident memory (VmHWM starts afresh at exec, unlike ru_maxrss, which a
+    # child inherits from a big parent).
+    "def PEAK_KIB():\n"
+    "    for line in open('/proc/self/status'):\n"
+    "        if line.startswith('VmHWM:'):\n"
+    "            return int(line.split()[1])\n"
+)
+
+
+def run_sej(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run([sys.executable, "-m", "sej.apps.cli", *args], capture_output=True, text=True,
+                          env=env, timeout=timeout)  # fmt: skip
+
+
+# -- 1. frames bigger than one read ------------------------------------------------------------------
+
+
+def test_a_2_gib_message_reads_everywhere(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    jdir = str(tmp_path / "j")
+    total = sparse_journal(jdir)
+    assert sej.next_offset(jdir) == 2
+    with sej.Scanner(jdir, 0, timeout=0) as s:
+        first = next(s)
+        assert (first.offset, first.type, len(first.value)) == (0, 7, BIG)
+        assert first.value.count(0) == BIG
+        del first
+        assert next(s).value == b"after the big one"
+    last = sej.last_messages(jdir, 2)
+    assert [len(m.value) for m in last] == [BIG, len(b"after the big one")]
+    del last
+    with sej.Writer(jdir) as w:
+        assert w.recovered is None
+        assert w.next_offset == 2
+        assert w.append(b"x") == 2
+    assert os.path.getsize(segment_path(jdir, 0)) > total
+    verify = run_sej("verify", jdir)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def test_the_hub_copies_a_2_gib_message_in_bounded_memory(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    src = tmp_path / "src"
+    jdir = str(src / "big")
+    sparse_journal(jdir)
+    hub = tmp_path / "hub"
+    code = (
+        "import sys\n" + PEAK + "from sej.hub.copy import copy_journal\n"
+        "from sej.hub.source import LocalSource\n"
+        "r = copy_journal(LocalSource(sys.argv[1]), 'big', sys.argv[2], 'c1', 'hub')\n"
+        "print(r.messages, r.next_offset, PEAK_KIB())\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    p = subprocess.run([sys.executable, "-c", code, str(src), str(hub)], capture_output=True, text=True,
+                       env=env, timeout=900)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    messages, next_offset, maxrss_kib = map(int, p.stdout.split())
+    assert (messages, next_offset) == (2, 2)
+    assert maxrss_kib < 256 * 1024, f"the hub used {maxrss_kib} KiB for a 2 GiB message"
+    copied = hub / "c1.big" / "jnl" / ("%016x.jnl" % 0)
+    assert os.path.getsize(copied) == os.path.getsize(segment_path(jdir, 0))
+    with open(copied, "rb") as a, open(segment_path(jdir, 0), "rb") as b:
+        for _ in range(1 << 20):
+            x, y = a.read(64 << 20), b.read(64 << 20)
+            assert x == y
+            if not x:
+                break
+    assert sej.Offset(jdir, "hub").value == 2
+
+
+def test_a_hostile_3_gib_sparse_segment_costs_the_hub_no_memory(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    src = tmp_path / "src"
+    jdir = str(src / "evil")
+    os.makedirs(os.path.join(jdir, "jnl"))
+    with open(segment_path(jdir, 0), "wb") as f:
+        f.write(HEADER.pack(0, TS, 0, 0) + I32.pack(0x7FFFFF00))  # claims a 2 GiB value...
+        f.truncate(3 << 30)  # ...in 3 GiB of holes: its size field is 0
+    code = (
+        "import sys\n" + PEAK + "from sej.hub.copy import CopyError, copy_journal\n"
+        "from sej.hub.source import LocalSource\n"
+        "try:\n"
+        "    copy_journal(LocalSource(sys.argv[1]), 'evil', sys.argv[2], 'c1', 'hub')\n"
+        "except CopyError as e:\n"
+        "    print('CopyError', e, file=sys.stderr)\n"
+        "print(PEAK_KIB())\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    p = subprocess.run([sys.executable, "-c", code, str(src), str(tmp_path / "hub")], capture_output=True,
+                       text=True, env=env, timeout=600)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert "CopyError" in p.stderr and "size field says 0" in p.stderr
+    assert int(p.stdout) < 256 * 1024
+    assert os.path.getsize(tmp_path / "hub" / "c1.evil" / "jnl" / ("%016x.jnl" % 0)) == 0
+
+
+def test_the_hub_streams_frames_bigger_than_its_reads(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The same path as a 2 GiB frame, with real data: reads of 64 KiB and frames of up to 1 MiB."""
+    jdir = str(tmp_path / "src" / "j")
+    values = [os.urandom(n) for n in (10, 300_000, 5, 1 << 20, 70_000, 65_536 - 26, 3)]
+    with sej.Writer(jdir) as w:
+        for v in values:
+            w.append(v, key=b"k")
+    r = copy_journal(LocalSource(str(tmp_path / "src")), "j", str(tmp_path / "hub"), "c", "hub", chunk=1 << 16)
+    assert r.messages == len(values)
+    dest = str(tmp_path / "hub" / "c.j")
+    assert open(segment_path(dest, 0), "rb").read() == open(segment_path(jdir, 0), "rb").read()
+    with sej.Scanner(dest, 0, timeout=0) as s:
+        assert [m.value for m in s] == values
+    # Its index is one the readers confirm: every entry lands on a frame.
+    with open(segment_path(dest, 0), "rb") as f:
+        loaded = idx.load(index_path(dest, 0), 0)
+        assert loaded is not None and len(loaded) > 1
+        from sej.segment import entry_confirmed
+
+        assert all(entry_confirmed(f.fileno(), os.path.getsize(f.name), loaded, i) for i in range(len(loaded)))
+
+
+# -- 2. an index whose max_ts lies -------------------------------------------------------------------
+
+
+def timed_journal(jdir: str, n: int = 1000) -> list[int]:
+    stamps = [TS + i * 10**6 for i in range(n)]
+    with sej.Writer(jdir, segment_size=40_000) as w:
+        for t in stamps:
+            w.append(b"v" * 100, timestamp=t)
+    return stamps
+
+
+def forge_max_ts(jdir: str, value: int) -> int:
+    """Set every index entry's max_ts to `value`; return how many entries were changed."""
+    changed = 0
+    for seg in sej.list_segments(jdir):
+        path = index_path(jdir, seg.first_offset)
+        loaded = idx.load(path, seg.first_offset)
+        assert loaded is not None
+        forged = idx.SparseIndex(seg.first_offset)
+        for e in (loaded[i] for i in range(len(loaded))):
+            forged.add(e.offset, e.position, value)
+            changed += 1
+        idx.save(path, forged)
+    return changed
+
+
+def test_a_lying_max_ts_does_not_make_time_seeks_skip(jdir: str) -> None:
+    stamps = timed_journal(jdir)
+    assert forge_max_ts(jdir, -(2**62)) > 20
+    for k in (0, 100, 101, 555, 999):
+        assert sej.offset_at_time(jdir, stamps[k]) == k
+        with sej.Scanner.at_time(jdir, stamps[k], timeout=0) as s:
+            assert next(s).offset == k
+    start = "%d" % stamps[100]
+    r = CliRunner().invoke(cli, ["scan", jdir, "--start", start, "--count"])
+    assert r.exit_code == 0, r.output
+    assert r.output == "900\n"
+
+
+def test_a_max_ts_too_high_is_not_trusted_either(jdir: str) -> None:
+    stamps = timed_journal(jdir)
+    forge_max_ts(jdir, 2**62)
+    for k in (0, 100, 777):
+        assert sej.offset_at_time(jdir, stamps[k]) == k
+
+
+# -- 3. an index entry that points at a frame stored inside a value ----------------------------------
+
+
+def relay_journal(jdir: str) -> tuple[list[bytes], int]:
+    """Ten messages; message 5's value is a whole, valid frame for offset 6. Returns (values, its position)."""
+    values = [b"value %d" % i for i in range(10)]
+    values[5] = encode(6, TS + 6, 0, b"", b"an embedded frame, not message 6")
+    pos = 0
+    with sej.Writer(jdir, durability="sync") as w:
+        for i, v in enumerate(values):
+            if i == 5:
+                pos = os.path.getsize(segment_path(jdir, 0)) + w._fill  # type: ignore[attr-defined]
+            w.append(v, timestamp=TS + i)
+    return values, pos + HEADER.size + 4  # the embedded frame starts where message 5's value does
+
+
+def test_a_forged_entry_inside_a_value_is_not_trusted(jdir: str) -> None:
+    values, inner = relay_journal(jdir)
+    path = index_path(jdir, 0)
+    loaded = idx.load(path, 0)
+    assert loaded is not None
+    loaded.add(6, inner, TS + 6)  # what a stale or forged index might hold
+    idx.save(path, loaded)
+    with sej.Scanner(jdir, 6, timeout=0) as s:
+        assert [m.value for m in s] == values[6:]
+    assert sej.next_offset(jdir) == 10
+    before = open(segment_path(jdir, 0), "rb").read()
+    with sej.Writer(jdir, durability="sync") as w:
+        assert w.recovered is None
+        assert w.next_offset == 10
+    assert open(segment_path(jdir, 0), "rb").read() == before
+    assert not [n for n in os.listdir(os.path.join(jdir, "jnl")) if ".cut-" in n]
+
+
+def test_recovery_never_cuts_on_the_index_word_alone(jdir: str) -> None:
+    """Even an entry the checks accept cannot make recovery cut: a cut is confirmed from the segment's start."""
+    values, inner = relay_journal(jdir)
+    seg = segment_path(jdir, 0)
+    with open(seg, "rb") as f:
+        head = f.read(inner)
+    # Entries for offsets 0 and 6 only, the second inside message 5's value, with a consistent max_ts.
+    forged = idx.SparseIndex(0)
+    forged.add(0, 0, TS)
+    forged.add(6, inner, TS + 6)
+    idx.save(index_path(jdir, 0), forged)
+    with sej.Writer(jdir, durability="sync") as w:
+        assert w.recovered is None and w.next_offset == 10
+    assert open(seg, "rb").read().startswith(head)
+    with sej.Scanner(jdir, 0, timeout=0) as s:
+        assert [m.value for m in s] == values
+
+
+# -- 4. damage in the middle of the live segment -------------------------------------------------------
+
+
+def damaged_journal(jdir: str) -> int:
+    """100 messages of 100 bytes, message 10's value_size set to 2**30. Returns message 10's position."""
+    with sej.Writer(jdir) as w:
+        for i in range(100):
+            w.append(b"%100d" % i, timestamp=TS + i)
+    frame = OVERHEAD + 100
+    pos = 10 * frame
+    with open(segment_path(jdir, 0), "r+b") as f:
+        f.seek(pos + HEADER.size)
+        f.write(struct.pack(">i", 2**30))
+    return pos
+
+
+def test_a_damaged_size_in_the_live_segment_fails_readers_fast(jdir: str) -> None:
+    pos = damaged_journal(jdir)
+    got = []
+    with pytest.raises(sej.CorruptionError, match="damaged frame") as e, sej.Scanner(jdir, 0, timeout=60) as s:
+        for m in s:
+            got.append(m.offset)
+    assert got == list(range(10))
+    assert e.value.position == pos
+    with pytest.raises(sej.CorruptionError, match="damaged frame"):
+        sej.offset_at_time(jdir, TS + 50)
+
+
+def test_verify_calls_damage_in_place_corruption_not_a_torn_tail(jdir: str) -> None:
+    pos = damaged_journal(jdir)
+    r = run_sej("verify", jdir)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert f"byte {pos}" in r.stdout and "damaged frame" in r.stdout
+    assert "(a torn tail)" not in r.stdout
+    assert "100 messages" in r.stdout  # the whole frames after the damage are counted
+
+
+def test_the_hub_refuses_damage_in_place(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    jdir = str(tmp_path / "src" / "j")
+    pos = damaged_journal(jdir)
+    with pytest.raises(CopyError, match=f"byte {pos}.*whole frames for offsets 11..99"):
+        copy_journal(LocalSource(str(tmp_path / "src")), "j", str(tmp_path / "hub"), "c", "hub")
+    assert sej.next_offset(str(tmp_path / "hub" / "c.j")) == 10
+
+
+def test_a_writer_without_the_index_keeps_what_follows_the_damage(jdir: str) -> None:
+    damaged_journal(jdir)
+    os.remove(index_path(jdir, 0))
+    size = os.path.getsize(segment_path(jdir, 0))
+    with pytest.warns(sej.CorruptionWarning, match="damaged frame"), sej.Writer(jdir) as w:
+        assert w.recovered is None
+        assert w.next_offset == 100
+    assert os.path.getsize(segment_path(jdir, 0)) == size
+    assert sej.next_offset(jdir) == 100
+
+
+# -- 7. a deleted writer lock ------------------------------------------------------------------------
+
+
+def test_a_writer_whose_lock_file_was_deleted_stops_before_writing_more(jdir: str) -> None:
+    w1 = sej.Writer(jdir)
+    for i in range(5):
+        w1.append(b"one %d" % i)
+    w1.flush()
+    os.remove(writer_lock_path(jdir))  # what the Go writer's close, or an operator, does
+    with sej.Writer(jdir) as w2:  # the lock path now names a new file: a second writer gets in
+        assert w2.append(b"two") == 5
+    w1.append(b"never written")
+    with pytest.raises(sej.LockLostError, match="jnl.lck was replaced"):
+        w1.sync()
+    with pytest.raises(sej.LockLostError):
+        w1.append(b"x" * 100_000)  # spills: checks again, writes nothing
+    with pytest.raises(sej.LockLostError):
+        w1.close()
+    assert w1.closed
+    with sej.Scanner(jdir, 0, timeout=0) as s:
+        assert [m.value for m in s] == [b"one %d" % i for i in range(5)] + [b"two"]
+
+
+def test_a_deleted_lock_file_is_noticed_at_rollover(jdir: str) -> None:
+    w1 = sej.Writer(jdir, segment_size=1000, durability="flush")
+    w1.append(b"a" * 100)
+    os.remove(writer_lock_path(jdir))
+    with pytest.raises(sej.LockLostError, match="jnl.lck was deleted"):
+        for _ in range(100):
+            w1.append(b"a" * 100)  # the roll at 1000 bytes checks
+    with pytest.raises(sej.LockLostError):
+        w1.close()
+    assert sej.next_offset(jdir) < 12
