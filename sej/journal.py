@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 
 from .errors import CorruptionError, InvalidArgumentError
-from .frames import I32, OVERHEAD, Message, decode_batch
+from .frames import HEADER, I32, NO_TIMESTAMP, OVERHEAD, Message, decode_batch
 from .fsutil import open_file
+from .index import Entry
 from .layout import Segment, index_path, journal_path, list_segments
-from .segment import pread_full, read_messages, seek_entry, tail, walk
+from .segment import Walk, pread_full, read_messages, seek_entry, walk, walk_tail
 
 
 def first_offset(dir: str | os.PathLike[str]) -> int:
@@ -23,10 +24,24 @@ def next_offset(dir: str | os.PathLike[str]) -> int:
     segments = list_segments(path)
     if not segments:
         return 0
-    seg = segments[-1]
-    w, _, _ = tail(index_path(path, seg.first_offset), seg)
+    w = last_walk(path, segments[-1])
     # Past a frame damaged in place (whole frames follow it), the writer appends after those frames.
     return w.resume.next_offset if w.resume is not None else w.next_offset
+
+
+def last_walk(dir: str, seg: Segment) -> Walk:
+    """The walk of the last segment the writer's recovery bases itself on (read only).
+
+    From the last confirmed index entry; when that walk finds a problem, again from byte 0, as
+    recovery does (the index is derived data): otherwise `next_offset` could name an offset past
+    damage further back, which the writer, cutting there, would then hand out again.
+    """
+    with open_file(seg.path) as f:
+        fd = f.fileno()
+        w, index, _ = walk_tail(index_path(dir, seg.first_offset), seg, fd)
+        if w.problem is not None and len(index):
+            w = walk(fd, Entry(seg.first_offset, 0, NO_TIMESTAMP), w.size)
+    return w
 
 
 def last_messages(dir: str | os.PathLike[str], n: int) -> list[Message]:
@@ -41,25 +56,31 @@ def last_messages(dir: str | os.PathLike[str], n: int) -> list[Message]:
             break
         seg = segments[i]
         is_last = i == len(segments) - 1
+        floor = 0  # where reading backward must stop: the segment's start, or just past damage in place
         if is_last:
-            w = tail(index_path(path, seg.first_offset), seg)[0]
+            w = last_walk(path, seg)
             end, last = w.end, w.next_offset - 1  # skips a torn tail
-            if w.resume is not None:  # damage in place: the whole frames after it are the newest
-                end, last = w.size, w.resume.next_offset - 1
+            if w.resume is not None:  # a frame damaged in place: the journal goes on after it
+                end, last, floor = w.size, w.resume.next_offset - 1, w.resume.position
         else:
             end, last = os.path.getsize(seg.path), segments[i + 1].first_offset - 1
         if end == 0 and last != seg.first_offset - 1:  # an empty segment must be named like the next one
             raise CorruptionError(seg.path, 0, f"gap: the segment is empty, the next one starts at offset {last + 1}")
         with open_file(seg.path) as f:
-            got = _backward(f.fileno(), seg, end, n - len(out), last)
+            got = _backward(f.fileno(), seg, end, n - len(out), last, floor)
+            if floor and len(got) < n - len(out):
+                raise CorruptionError(seg.path, w.end, f"{w.problem.reason if w.problem else 'damaged frame'}; "
+                                      f"the last {n} messages reach back past it")  # fmt: skip
             if got:
-                _check_forward(path, seg, f.fileno(), end, is_last, got)
+                _check_forward(path, seg, f.fileno(), end, is_last, got, floor)
         out.extend(got)
     out.reverse()
     return out
 
 
-def _check_forward(dir: str, seg: Segment, fd: int, end: int, is_last: bool, got: list[Message]) -> None:
+def _check_forward(
+    dir: str, seg: Segment, fd: int, end: int, is_last: bool, got: list[Message], floor: int = 0
+) -> None:
     """Raise CorruptionError unless the frames read backward are the ones a forward read finds.
 
     Reading backward trusts each frame's trailing size field; bytes appended after the last whole
@@ -69,24 +90,33 @@ def _check_forward(dir: str, seg: Segment, fd: int, end: int, is_last: bool, got
     """
     size = os.fstat(fd).st_size
     oldest = got[-1].offset
-    entry = seek_entry(index_path(dir, seg.first_offset), seg, fd, size, is_last, lambda ix: ix.floor_offset(oldest))
+    if floor:  # after damage in place: from the first whole frame after it
+        entry = Entry(int(HEADER.unpack(pread_full(fd, HEADER.size, floor))[0]), floor, NO_TIMESTAMP)
+    else:
+        entry = seek_entry(index_path(dir, seg.first_offset), seg, fd, size, is_last,
+                           lambda ix: ix.floor_offset(oldest))  # fmt: skip
     w = walk(fd, entry, end)
+    oldest_pos = end - sum(OVERHEAD + len(m.key) + len(m.value) for m in got)
+    if w.problem is not None and w.resume is not None and w.resume.position <= oldest_pos:
+        # A frame damaged in place before the frames read: check them from the first whole frame after it.
+        at = w.resume.position
+        w = walk(fd, Entry(int(HEADER.unpack(pread_full(fd, HEADER.size, at))[0]), at, NO_TIMESTAMP), end)
     if w.problem is not None or w.end != end or w.next_offset != got[0].offset + 1:
         reason = w.problem.reason if w.problem is not None else f"a forward read ends at offset {w.next_offset}"
         raise CorruptionError(seg.path, w.end, f"the frames read backward do not read forward: {reason}")
 
 
-def _backward(fd: int, seg: Segment, end: int, want: int, last: int) -> list[Message]:
-    """Up to `want` messages of one segment ending at `end`, newest first.
+def _backward(fd: int, seg: Segment, end: int, want: int, last: int, floor: int = 0) -> list[Message]:
+    """Up to `want` messages of one segment ending at `end` and starting at or after `floor`, newest first.
 
     `last` is the offset the frame ending at `end` must carry (the one before the next
     segment's first, or before the next offset): a frame read backward is checked like one
     read forward, so a damaged segment raises instead of giving a message of the wrong offset.
     """
     got: list[Message] = []
-    while end > 0 and len(got) < want:
+    while end > floor and len(got) < want:
         size = I32.unpack(os.pread(fd, 4, end - 4))[0] if end >= 4 else -1
-        if size < OVERHEAD or size > end:
+        if size < OVERHEAD or size > end - floor:
             raise CorruptionError(seg.path, max(end - 4, 0), "trailing size field does not fit a frame")
         frame = pread_full(fd, size, end - size)
         expect = got[-1].offset - 1 if got else last

@@ -414,19 +414,26 @@ class Model:
         delta = len(new) - (b - a)
         kept = []
         damaged = []
+        in_place = len(new) == b - a
+
+        def still_a_boundary(start: int) -> bool:
+            """A frame starting here before the change still starts a position the writer put a frame at
+            (bytes changed inside it or at its start, or overwritten in place)."""
+            return start < a or start == a or (in_place and start < b)
+
         for s, o in seg.damaged:
-            if s < a:
-                damaged.append((s, o))
-            elif s >= b:
+            if s >= b:
                 damaged.append((s + delta, o))
+            elif still_a_boundary(s):
+                damaged.append((s, o))
         for g in seg.genuine:
             if g.end <= a:
                 kept.append(g)
-            elif g.start >= b:
+            elif g.start >= b:  # after the change (also: bytes inserted right before it)
                 kept.append(Genuine(g.start + delta, g.end + delta, g.msg))
-            elif g.start < a:  # changed bytes inside the frame: its start is still a frame boundary
+            elif still_a_boundary(g.start):
                 damaged.append((g.start, g.msg.offset))
-            # else: the frame's first bytes were replaced
+            # else: the frame's first bytes were replaced by bytes of another length
         seg.genuine = kept
         seg.damaged = damaged
         with open(self.path(name), "wb") as f:

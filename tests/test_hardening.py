@@ -317,6 +317,38 @@ def test_a_writer_without_the_index_keeps_what_follows_the_damage(jdir: str) -> 
     assert sej.next_offset(jdir) == 100
 
 
+def test_next_offset_is_where_the_writer_opens_when_the_index_skips_damage(jdir: str) -> None:
+    """Found by tests/test_fuzz.py: next_offset walked from the last confirmed index entry only (7
+    here), while recovery walks again from byte 0 and cuts at the first damaged frame (and opens at
+    1): offsets next_offset had reported would have been handed out again."""
+    with sej.Writer(jdir) as w:
+        for i in range(8):
+            w.append(bytes([65 + i]) * 2100, timestamp=TS + i)  # 2126-byte frames: entries at 0, 2, 4, 6
+    with open(segment_path(jdir, 0), "r+b") as f:
+        for frame in (1, 7):  # damage the offset fields of frames 1 and 7 in place
+            f.seek(frame * 2126)
+            f.write(b"\xff")
+    said = sej.next_offset(jdir)
+    with pytest.warns(sej.CorruptionWarning), sej.Writer(jdir) as w:
+        assert w.next_offset == said == 1
+
+
+def test_last_messages_past_damage_in_place_are_those_after_it(jdir: str) -> None:
+    """Found by tests/test_fuzz.py: with a frame damaged in place, next_offset named the offset after the
+    whole frames that follow it, but last_messages ended before the damage."""
+    damaged_journal(jdir)
+    assert sej.next_offset(jdir) == 100
+    assert [m.offset for m in sej.last_messages(jdir, 3)] == [97, 98, 99]
+    assert len(sej.last_messages(jdir, 89)) == 89  # offsets 11..99: everything after the damage
+    with pytest.raises(sej.CorruptionError):
+        sej.last_messages(jdir, 90)
+    os.remove(index_path(jdir, 0))  # without the index, the tail walk itself meets the damage
+    assert [m.offset for m in sej.last_messages(jdir, 3)] == [97, 98, 99]
+    assert len(sej.last_messages(jdir, 89)) == 89
+    with pytest.raises(sej.CorruptionError, match="damaged frame.*reach back past it"):
+        sej.last_messages(jdir, 90)
+
+
 # -- 7. a deleted writer lock ------------------------------------------------------------------------
 
 
