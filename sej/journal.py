@@ -41,6 +41,11 @@ def last_walk(dir: str, seg: Segment) -> Walk:
         w, index, _ = walk_tail(index_path(dir, seg.first_offset), seg, fd)
         if w.problem is not None and len(index):
             w = walk(fd, Entry(seg.first_offset, 0, NO_TIMESTAMP), w.size)
+    if w.problem is not None and w.resume is None and w.later is not None:
+        # Whole later frames, but not from the offset after the damage: a writer open now would
+        # cut at the damage, one that is already open goes on after them. Neither answer is safe.
+        raise CorruptionError(seg.path, w.end, f"{w.problem.reason}; the offsets in between are lost, so the "
+                              "journal's end is unknown until a writer opens it (and cuts there)", w.size - w.end)  # fmt: skip
     return w
 
 

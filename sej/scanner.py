@@ -14,7 +14,7 @@ from .frames import MAX_OFFSET, Message
 from .fsutil import open_file
 from .journal import next_offset, offset_at_time
 from .layout import Segment, find_segment, index_path, journal_path, list_segments, segment_dir, segment_path
-from .segment import read_messages, seek_entry
+from .segment import read_messages, seek_entry, written_past
 from .timestamps import to_ns
 from .watch import Subscription, Wakeup
 
@@ -24,11 +24,12 @@ _EMPTY: list[Message] = []
 class _Open:
     """The segment file being read."""
 
-    __slots__ = ("first", "path", "file", "fd", "ino", "pos", "offset", "seen")
+    __slots__ = ("first", "path", "index_path", "file", "fd", "ino", "pos", "offset", "seen")
 
-    def __init__(self, seg: Segment) -> None:
+    def __init__(self, seg: Segment, index_path: str) -> None:
         self.first = seg.first_offset
         self.path = seg.path
+        self.index_path = index_path
         self.file = open_file(seg.path)
         self.fd = self.file.fileno()
         self.ino = os.fstat(self.fd).st_ino
@@ -51,6 +52,13 @@ class _Open:
             return msgs
         if problem is not None and not problem.incomplete:
             raise CorruptionError(self.path, problem.position, problem.reason, size - problem.position)
+        if problem is not None:
+            # An incomplete frame: a tail still being written, unless the index shows frames past it.
+            e = written_past(self.index_path, self.first, self.fd, size, problem.position, self.offset)
+            if e is not None:
+                raise CorruptionError(self.path, problem.position, f"{problem.reason}, but the index shows a whole "
+                                      f"frame for offset {e.offset} at byte {e.position} (a damaged frame, "
+                                      "not a torn tail)", size - problem.position)  # fmt: skip
         return _EMPTY
 
     def check_same_file(self) -> None:
@@ -129,7 +137,7 @@ class Scanner:
         i = find_segment(segments, offset)
         if i < 0:
             raise OffsetOutOfRangeError(offset, segments[0].first_offset, next_offset(self.dir))
-        seg = self._seg = _Open(segments[i])
+        seg = self._seg = _Open(segments[i], index_path(self.dir, segments[i].first_offset))
         last = i == len(segments) - 1
         size = os.fstat(seg.fd).st_size
         ipath = index_path(self.dir, seg.first)
@@ -191,7 +199,7 @@ class Scanner:
             if first != seg.offset:
                 raise CorruptionError(nxt, 0, f"gap: segment starts at offset {first}, expected {seg.offset}")
             seg.file.close()
-            seg = self._seg = _Open(Segment(seg.offset, nxt))
+            seg = self._seg = _Open(Segment(seg.offset, nxt), index_path(self.dir, seg.offset))
         raise AssertionError("unreachable: more than 2**20 empty segments in a row")
 
     def _later_segment(self, seg: _Open) -> Segment | None:

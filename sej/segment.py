@@ -7,6 +7,7 @@ shrinks under a mapping kills the process with SIGBUS) and never writes the segm
 from __future__ import annotations
 
 import os
+from bisect import bisect_right
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -62,15 +63,17 @@ class Walk(NamedTuple):
     max_ts: int  # largest timestamp of the frames before `end`
     problem: Problem | None  # why it stopped before `size`; None at a clean end
     size: int  # the file size the walk went to
-    resume: Resume | None = None  # whole frames after a damaged one, to the end of the file
+    resume: Resume | None = None  # whole frames after a damaged one, from the next offset to the end of the file
+    later: Resume | None = None  # whole frames after a damaged one to the end of the file, maybe not from the next offset
 
 
 class Resume(NamedTuple):
     """Whole, valid frames that follow a damaged frame and reach the end of the file (see chain_back)."""
 
-    position: int  # where the frame after the damaged one starts
+    position: int  # where the first of these frames starts
     next_offset: int  # one past the last frame's offset
     max_ts: int  # largest timestamp of these frames
+    first_offset: int  # the first frame's offset: above the damaged frame's, not always the next one
 
 
 def next_entry_after(index: SparseIndex | None) -> int:
@@ -132,14 +135,19 @@ def walk(
 
 def _stopped(fd: int, pos: int, offset: int, max_ts: int, problem: Problem, size: int) -> Walk:
     """The walk that stopped at `pos` for `problem`; damage, not a torn tail, when whole frames follow it."""
-    resume = chain_back(lambda p, n: pread_full(fd, n, p), pos, size, offset)
-    if resume is not None:
-        problem = _as_damage(problem, offset, resume)
-    return Walk(pos, offset, max_ts, problem, size, resume)
+    later = chain_back(lambda p, n: pread_full(fd, n, p), pos, size, offset)
+    resume = later
+    if later is not None:
+        problem = _as_damage(problem, offset, later)
+        if later.first_offset != offset + 1:
+            # Later frames, but not the next one: proof of damage for readers, yet no journal that
+            # goes on after it, so recovery cuts (and keeps the bytes) rather than skip offsets.
+            resume = None
+    return Walk(pos, offset, max_ts, problem, size, resume, later)
 
 
 def _as_damage(problem: Problem, offset: int, resume: Resume) -> Problem:
-    return Problem(problem.position, f"{problem.reason}, but whole frames for offsets {offset + 1}.."
+    return Problem(problem.position, f"{problem.reason}, but whole frames for offsets {resume.first_offset}.."
                    f"{resume.next_offset - 1} follow it (a damaged frame, not a torn tail)", False)  # fmt: skip
 
 
@@ -179,44 +187,48 @@ def _damaged(fd: int, problem: Problem, offset: int, size: int) -> Problem:
 
 
 def chain_back(read: Callable[[int, int], bytes], lo: int, size: int, offset: int) -> Resume | None:
-    """Whether whole frames, offsets `offset + 1` on, end exactly at `size` and start after `lo`.
+    """Whole, valid frames of offsets above `offset` that end exactly at `size` and start after `lo`.
 
-    Walks backward from `size` by the trailing size fields. A frame stuck at `lo` with
-    offset `offset` (a size pointing past the end, a bad field) that such a chain follows
-    was damaged in place: it is not a tail still being written. `read(pos, n)` reads the file.
+    Walks backward from `size` by the trailing size fields, through consecutive offsets, as far
+    as the frames chain (down to `offset + 1` at most). A frame stuck at `lo` with offset `offset`
+    (a size pointing past the end, a bad field) that such frames follow was damaged in place: a
+    writer's torn tail is a prefix of one frame, never followed by a later whole frame. Frames
+    may be missing between the two (bytes deleted). `read(pos, n)` reads the file.
     """
     end, expect, last, max_ts = size, None, 0, NO_TIMESTAMP
+    found: Resume | None = None
     buf, buf_at = b"", size  # bytes [buf_at, buf_at + len(buf)) of the file, read backward in chunks
     while end - lo > OVERHEAD:  # each step moves `end` back by at least OVERHEAD bytes
         if end - 4 < buf_at:
             buf_at = max(lo, end - CHUNK)
             buf = read(buf_at, end - buf_at)
             if len(buf) != end - buf_at:
-                return None
+                return None  # the file shrank under us: nothing is known
         (total,) = I32.unpack_from(buf, end - 4 - buf_at)
         start = end - total
         if total < OVERHEAD or start <= lo:
-            return None
+            break
         if start < buf_at:  # a frame bigger than the buffer: read its header alone
             head = read(start, HEADER_SIZE + MAX_KEY + 4)
             at = 0
         else:
             head, at = buf, start - buf_at
         if len(head) - at < HEADER_SIZE:
-            return None
+            break
         off, ts, _typ, ks = HEADER.unpack_from(head, at)
         if ks < 0 or len(head) - at < HEADER_SIZE + ks + 4 or (expect is not None and off != expect):
-            return None
+            break
         if I32.unpack_from(head, at + HEADER_SIZE + ks)[0] != total - OVERHEAD - ks or off <= offset:
-            return None
+            break
         if expect is None:
             last = off
         if ts > max_ts:
             max_ts = ts
+        found = Resume(start, last + 1, max_ts, off)
         if off == offset + 1:
-            return Resume(start, last + 1, max_ts)
+            break
         expect, end = off - 1, start
-    return None
+    return found
 
 
 def frame_end(fd: int, size: int, entry: Entry) -> int | None:
@@ -239,6 +251,24 @@ def frame_end(fd: int, size: int, entry: Entry) -> int | None:
 def entry_is_valid(fd: int, size: int, entry: Entry) -> bool:
     """Whether a whole, valid frame with the entry's offset starts at the entry's position."""
     return frame_end(fd, size, entry) is not None
+
+
+def written_past(dir_index_path: str, first_offset: int, fd: int, size: int, pos: int, offset: int) -> Entry | None:
+    """An index entry past `pos` at a whole, valid frame of offset `offset` or later (None if there is none).
+
+    For readers deciding whether a frame stuck at `pos` (offset `offset`) is a tail still being
+    written: the writer adds an entry only for a frame it wrote, so such an entry shows that the
+    stuck frame is a damaged one. Never used to cut anything. Looks at 64 entries at most.
+    """
+    index = idx.load(dir_index_path, first_offset)
+    if index is None:
+        return None
+    i = bisect_right(range(len(index)), pos, key=lambda k: index[k].position)
+    for k in range(i, min(i + 64, len(index))):
+        e = index[k]
+        if e.offset >= offset and entry_is_valid(fd, size, e):
+            return e
+    return None
 
 
 def entry_confirmed(fd: int, size: int, index: SparseIndex, i: int) -> bool:

@@ -328,9 +328,40 @@ def test_next_offset_is_where_the_writer_opens_when_the_index_skips_damage(jdir:
         for frame in (1, 7):  # damage the offset fields of frames 1 and 7 in place
             f.seek(frame * 2126)
             f.write(b"\xff")
-    said = sej.next_offset(jdir)
+    with pytest.raises(sej.CorruptionError, match="end is unknown.*at byte 2126"):
+        sej.next_offset(jdir)  # frame 7 (offset field damaged too) does not chain back to frame 1
     with pytest.warns(sej.CorruptionWarning), sej.Writer(jdir) as w:
-        assert w.next_offset == said == 1
+        assert w.next_offset == 1
+    assert sej.next_offset(jdir) == 1
+
+
+def test_next_offset_fails_when_later_frames_do_not_chain_to_the_damage(jdir: str) -> None:
+    """Found by tests/test_fuzz.py: frame 2 damaged, and the trailer of frame 5 too, under a live writer that
+    appended 6 and 7. next_offset said 2 (where a writer opening now would cut) while the live writer
+    was at 8. Whole later frames that do not chain back to the damage leave the end unknown: it raises."""
+    w = sej.Writer(jdir, durability="flush")
+    try:
+        for i in range(6):
+            w.append(b"%d" % i * 40, timestamp=TS + i)
+        w.flush()
+        frame = 26 + 40
+        with open(segment_path(jdir, 0), "r+b") as f:
+            f.seek(2 * frame + 17)  # frame 2's key size
+            f.write(b"\x7f")
+            f.seek(6 * frame - 1)  # frame 5's trailing size
+            f.write(b"\x00")
+        w.append(b"six", timestamp=TS + 6)
+        w.append(b"seven", timestamp=TS + 7)
+        w.flush()
+        assert w.next_offset == 8
+        with pytest.raises(sej.CorruptionError, match=f"end is unknown.*at byte {2 * frame}"):
+            sej.next_offset(jdir)
+        with pytest.raises(sej.CorruptionError):
+            sej.last_messages(jdir, 1)
+        with pytest.raises(sej.CorruptionError, match="whole frames for offsets 6..7"):
+            list(sej.Scanner(jdir, 0, timeout=0))
+    finally:
+        w.close()
 
 
 def test_last_messages_past_damage_in_place_are_those_after_it(jdir: str) -> None:

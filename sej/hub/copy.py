@@ -271,7 +271,7 @@ def _copy_segment(
             if resume is not None:
                 raise CopyError(
                     f"{where}: corrupt frame in {source.describe(journal, seg.name)} at byte {start}: "
-                    f"{f.problem.reason}, but whole frames for offsets {dest.next + 1}..{resume.next_offset - 1} "
+                    f"{f.problem.reason}, but whole frames for offsets {resume.first_offset}..{resume.next_offset - 1} "
                     "follow it; copying stopped before it"
                 )
             return messages, copied, False
