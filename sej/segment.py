@@ -139,11 +139,27 @@ def _stopped(fd: int, pos: int, offset: int, max_ts: int, problem: Problem, size
     resume = later
     if later is not None:
         problem = _as_damage(problem, offset, later)
-        if later.first_offset != offset + 1:
-            # Later frames, but not the next one: proof of damage for readers, yet no journal that
-            # goes on after it, so recovery cuts (and keeps the bytes) rather than skip offsets.
+        if later.first_offset != offset + 1 or not _one_frame(fd, pos, later.position):
+            # Later frames, but not right after the damaged one: proof of damage for readers, yet
+            # no journal that goes on after it, so recovery cuts (and keeps the bytes) rather than
+            # skip offsets or keep frames that a forward walk contradicts.
             resume = None
     return Walk(pos, offset, max_ts, problem, size, resume, later)
+
+
+def _one_frame(fd: int, lo: int, hi: int) -> bool:
+    """Whether bytes [lo, hi) are one frame by its header's sizes or by its trailing size field.
+
+    A frame damaged in one place keeps at least one of the two, so the frames after it start
+    exactly where it ends: nothing else lies in between.
+    """
+    if hi - lo < OVERHEAD:
+        return False
+    trailer = os.pread(fd, 4, hi - 4)
+    if len(trailer) == 4 and I32.unpack(trailer)[0] == hi - lo:
+        return True
+    head = pread_full(fd, min(HEADER_SIZE + MAX_KEY + 4, hi - lo), lo)
+    return frame_total(head, 0, len(head)) == hi - lo
 
 
 def _as_damage(problem: Problem, offset: int, resume: Resume) -> Problem:
@@ -218,7 +234,9 @@ def chain_back(read: Callable[[int, int], bytes], lo: int, size: int, offset: in
         off, ts, _typ, ks = HEADER.unpack_from(head, at)
         if ks < 0 or len(head) - at < HEADER_SIZE + ks + 4 or (expect is not None and off != expect):
             break
-        if I32.unpack_from(head, at + HEADER_SIZE + ks)[0] != total - OVERHEAD - ks or off <= offset:
+        if total - OVERHEAD - ks < 0 or I32.unpack_from(head, at + HEADER_SIZE + ks)[0] != total - OVERHEAD - ks:
+            break
+        if off <= offset:
             break
         if expect is None:
             last = off
@@ -280,11 +298,16 @@ def entry_confirmed(fd: int, size: int, index: SparseIndex, i: int) -> bool:
     value (a relay's journal), and a wrong max_ts would make a time seek skip messages.
     """
     entry = index[i]
+    if i == 0:  # the writer's first entry is always the segment's first frame
+        anchor = Entry(index.first_offset, 0, NO_TIMESTAMP)
+        if entry.position != 0 or entry.offset != index.first_offset:
+            return False
+    else:  # entries go strictly forward: a walk from the one before must cross at least one frame
+        anchor = index[i - 1]
+        if anchor.position >= entry.position or anchor.offset >= entry.offset:
+            return False
     end = frame_end(fd, size, entry)
     if end is None:
-        return False
-    anchor = index[i - 1] if i else Entry(index.first_offset, 0, NO_TIMESTAMP)
-    if anchor.position > entry.position or anchor.offset > entry.offset or (i and anchor == entry):
         return False
     w = walk(fd, anchor, end)
     return w.problem is None and w.end == end and w.next_offset == entry.offset + 1 and w.max_ts == entry.max_ts

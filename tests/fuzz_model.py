@@ -285,6 +285,35 @@ def backward_evidence(buf: bytes, q: int, z: int) -> bool:
     return st == OK and end == n and m is not None and m.offset > z
 
 
+def ref_resume(buf: bytes, q: int, z: int) -> int | None:
+    """Where the whole frames after a frame damaged in place start (docs/format.md), if they do.
+
+    The frame at q (offset z) is bad; whole frames of offsets z+1, z+2, ... must reach exactly
+    to the end of the file, and [q, start of z+1) must be one frame by its header's sizes or by
+    its trailing size field.
+    """
+    n, end, expect = len(buf), len(buf), None
+    while end - q > 26:
+        s = I32.unpack_from(buf, end - 4)[0]
+        p = end - s
+        if s < 26 or p <= q:
+            return None
+        st, e, m = ref_frame(buf, p, expect)
+        if st != OK or e != end or m is None or m.offset <= z:
+            return None
+        if m.offset == z + 1:
+            if p - q < 26:
+                return None
+            if I32.unpack_from(buf, p - 4)[0] == p - q:
+                return p
+            ks = buf[q + 17]
+            if ks <= 127 and q + 22 + ks <= n and 26 + ks + I32.unpack_from(buf, q + 18 + ks)[0] == p - q:
+                return p
+            return None
+        expect, end = m.offset - 1, p
+    return None
+
+
 def ref_walk(buf: bytes, pos: int, expect: int, limit: int | None = None) -> Walk:
     """Decode frames from `pos` with offsets expect, expect+1, ... up to the first bad byte (or `limit` frames)."""
     start = pos
@@ -480,6 +509,11 @@ class Model:
                 w = ref_walk(buf, p, o)
                 covered.update((q, m.offset) for q, _e, m in w.frames)
                 ws.append(w)
+            if seg is segs[-1]:  # damage in place: the writer goes on after the frames that follow it
+                for w in list(ws):
+                    p = ref_resume(buf, w.end, w.next) if w.status != "clean" else None
+                    if p is not None and (p, w.next + 1) not in covered:
+                        ws.append(ref_walk(buf, p, w.next + 1))
             walks[seg.name] = ws
             for w in ws:
                 for _p, _e, m in w.frames:
