@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 from .errors import UnsafeFileError
 from .frames import INDEX_INTERVAL, NO_TIMESTAMP
-from .fsutil import atomic_write, read_regular
+from .fsutil import atomic_write, open_regular, read_regular
 
 MAGIC = b"SEJIDX01"
 FILE_HEADER = struct.Struct(">8sQ")
@@ -96,6 +96,24 @@ def load(path: str, first_offset: int) -> SparseIndex | None:
     if magic != MAGIC or first != first_offset:
         return None
     return SparseIndex(first_offset, raw[FILE_HEADER.size :])
+
+
+def load_last(path: str, first_offset: int, count: int) -> list[Entry]:
+    """The last `count` entries of an index file ([] when it is missing or does not match the segment)."""
+    try:
+        fd = open_regular(path)
+    except (FileNotFoundError, NotADirectoryError, PermissionError, UnsafeFileError):
+        return []
+    try:
+        head = os.pread(fd, FILE_HEADER.size, 0)
+        if len(head) < FILE_HEADER.size or FILE_HEADER.unpack(head) != (MAGIC, first_offset):
+            return []
+        n = (os.fstat(fd).st_size - FILE_HEADER.size) // ENTRY.size
+        k = min(n, count)
+        raw = os.pread(fd, k * ENTRY.size, FILE_HEADER.size + (n - k) * ENTRY.size)
+    finally:
+        os.close(fd)
+    return [Entry(*ENTRY.unpack_from(raw, i)) for i in range(0, len(raw) - ENTRY.size + 1, ENTRY.size)]
 
 
 def save(path: str, index: SparseIndex) -> None:

@@ -7,7 +7,6 @@ shrinks under a mapping kills the process with SIGBUS) and never writes the segm
 from __future__ import annotations
 
 import os
-from bisect import bisect_right
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -276,14 +275,11 @@ def written_past(dir_index_path: str, first_offset: int, fd: int, size: int, pos
 
     For readers deciding whether a frame stuck at `pos` (offset `offset`) is a tail still being
     written: the writer adds an entry only for a frame it wrote, so such an entry shows that the
-    stuck frame is a damaged one. Never used to cut anything. Looks at 64 entries at most.
+    stuck frame is a damaged one. Never used to cut anything. Reads the last 64 entries only.
     """
-    index = idx.load(dir_index_path, first_offset)
-    if index is None:
-        return None
-    i = bisect_right(range(len(index)), pos, key=lambda k: index[k].position)
-    for k in range(i, min(i + 64, len(index))):
-        e = index[k]
+    for e in reversed(idx.load_last(dir_index_path, first_offset, 64)):
+        if e.position <= pos:
+            break
         if e.offset >= offset and entry_is_valid(fd, size, e):
             return e
     return None

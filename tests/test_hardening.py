@@ -243,6 +243,22 @@ def test_a_forged_entry_inside_a_value_is_not_trusted(jdir: str) -> None:
     assert not [n for n in os.listdir(os.path.join(jdir, "jnl")) if ".cut-" in n]
 
 
+def test_entries_that_do_not_go_forward_from_the_segment_start_are_not_trusted(jdir: str) -> None:
+    """Found by tests/test_fuzz.py: two entries at the same embedded frame, the second confirmed by a walk
+    from the first (which was never checked), made the whole forged index trusted."""
+    values, inner = relay_journal(jdir)
+    forged = idx.SparseIndex(0)
+    forged.add(6, inner, TS + 5)
+    forged.add(6, inner, TS + 6)
+    idx.save(index_path(jdir, 0), forged)
+    with sej.Scanner(jdir, 6, timeout=0) as s:
+        assert [m.value for m in s] == values[6:]
+    assert sej.next_offset(jdir) == 10
+    assert sej.offset_at_time(jdir, TS + 6) == 6
+    with sej.Writer(jdir) as w:
+        assert w.recovered is None and w.next_offset == 10
+
+
 def test_recovery_never_cuts_on_the_index_word_alone(jdir: str) -> None:
     """Even an entry the checks accept cannot make recovery cut: a cut is confirmed from the segment's start."""
     values, inner = relay_journal(jdir)
@@ -333,6 +349,43 @@ def test_next_offset_is_where_the_writer_opens_when_the_index_skips_damage(jdir:
     with pytest.warns(sej.CorruptionWarning), sej.Writer(jdir) as w:
         assert w.next_offset == 1
     assert sej.next_offset(jdir) == 1
+
+
+def test_an_index_entry_past_a_stuck_frame_fails_readers_fast(jdir: str) -> None:
+    """Found by tests/test_fuzz.py: message 10's size damaged and the file cut inside message 99 (no whole
+    frame at the end to chain back from): a Scanner read 10 messages and waited silently, although the
+    index holds entries for frames the writer wrote past the stuck one."""
+    pos = damaged_journal(jdir)
+    with open(segment_path(jdir, 0), "r+b") as f:
+        f.truncate(100 * (OVERHEAD + 100) - 7)
+    got = []
+    with pytest.raises(sej.CorruptionError, match="the index shows a whole frame") as e, \
+            sej.Scanner(jdir, 0, timeout=60) as s:  # fmt: skip
+        for m in s:
+            got.append(m.offset)
+    assert got == list(range(10)) and e.value.position == pos
+    with pytest.warns(sej.CorruptionWarning), sej.Writer(jdir) as w:  # recovery cuts at the damage, kept aside
+        assert w.next_offset == 10 and w.recovered is not None and w.recovered.quarantine is not None
+
+
+def test_damage_in_place_needs_the_frames_after_it_to_start_where_it_ends(jdir: str) -> None:
+    """Found by tests/test_fuzz.py: frame 0's offset damaged, frames 1 and 2 whole, and a stray frame for
+    offset 1 appended at the end. The stray frame 'chained back' to the damage, so the writer kept it all
+    and appended at 2, an offset the file already held."""
+    with sej.Writer(jdir) as w:
+        for i in range(3):
+            w.append(b"%40d" % i, timestamp=TS + i)
+    seg = segment_path(jdir, 0)
+    with open(seg, "r+b") as f:
+        f.write(b"\xff")
+        f.seek(0, os.SEEK_END)
+        f.write(encode(1, TS, 0, b"", b"stray"))
+    size = os.path.getsize(seg)
+    with pytest.raises(sej.CorruptionError, match="end is unknown"):
+        sej.next_offset(jdir)
+    with pytest.warns(sej.CorruptionWarning), sej.Writer(jdir) as w:
+        assert w.next_offset == 0 and w.recovered is not None
+        assert w.recovered.position == 0 and os.path.getsize(w.recovered.quarantine) == size
 
 
 def test_next_offset_fails_when_later_frames_do_not_chain_to_the_damage(jdir: str) -> None:
