@@ -44,8 +44,8 @@ def last_walk(dir: str, seg: Segment) -> Walk:
     if w.problem is not None and w.resume is None and w.later is not None:
         # Whole later frames, but not from the offset after the damage: a writer open now would
         # cut at the damage, one that is already open goes on after them. Neither answer is safe.
-        raise CorruptionError(seg.path, w.end, f"{w.problem.reason}; the offsets in between are lost, so the "
-                              "journal's end is unknown until a writer opens it (and cuts there)", w.size - w.end)  # fmt: skip
+        reason = f"{w.problem.reason}; the offsets in between are lost, so the journal's end is unknown until a writer opens it (and cuts there)"  # noqa: E501
+        raise CorruptionError(seg.path, w.end, reason, w.size - w.end)
     return w
 
 

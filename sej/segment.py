@@ -63,7 +63,7 @@ class Walk(NamedTuple):
     problem: Problem | None  # why it stopped before `size`; None at a clean end
     size: int  # the file size the walk went to
     resume: Resume | None = None  # whole frames after a damaged one, from the next offset to the end of the file
-    later: Resume | None = None  # whole frames after a damaged one to the end of the file, maybe not from the next offset
+    later: Resume | None = None  # the same, maybe not from the next offset (some lost): damage, not a tail
 
 
 class Resume(NamedTuple):

@@ -643,8 +643,11 @@ def check_readers(  # type: ignore[no-untyped-def]
         return [m._replace(timestamp=orig_ts.get(m.offset, m.timestamp)) for m in ms]
 
     def skipped_by(o: int, t: int) -> list[Message]:
-        return [m for m in an.P if m.offset < o and m.timestamp is not None and m.timestamp >= t
-                and (orig_ts.get(m.offset, m.timestamp) is not None and orig_ts.get(m.offset, m.timestamp) >= t)]  # fmt: skip
+        def late(ts: int | None) -> bool:
+            return ts is not None and ts >= t
+
+        return [m for m in an.P if m.offset < o and late(m.timestamp) and late(orig_ts.get(m.offset, m.timestamp))]
+
     cap = sum(len(w.frames) for ws in an.walks.values() for w in ws) + 5
     first = an.segments[0].first if an.segments else 0
     idx_restore(dir, idx)
