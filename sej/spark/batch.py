@@ -1,12 +1,14 @@
 """The batch reader of the `sej` format: `spark.read.format("sej").load(path)`.
 
 `path` is a journal, a sharded root or a hub root (`<client-id>.<shard>` directories);
-the columns are in schema.py. One partition per segment; a large segment is split at
-sparse-index positions so several tasks read it. `read()` yields Arrow batches.
+the columns are in schema.py. A large segment is split at sparse-index positions so several
+tasks read it; small segments and pieces, of any journals, are packed into one task as Spark
+packs small files (plan.pack). `read()` yields Arrow batches.
 
 Options: startingOffsets / endingOffsets (JSON `{"<journal>": offset}`, -2 for the
 earliest / -1 for the latest, like Spark's Kafka source; ending is exclusive),
-startTime / endTime (ISO 8601 or ns), type (an int), maxBytesPerPartition; with
+startTime / endTime (ISO 8601 or ns), type (an int), maxBytesPerPartition, openCostInBytes,
+minPartitions; with
 pushFilters=true, SejFilteringReader (below) reads instead of SejBatchReader.
 """
 
@@ -33,8 +35,8 @@ from ..frames import MAX_OFFSET
 from ..journal import next_offset, offset_at_time
 from ..layout import list_segments
 from ..timestamps import to_ns
-from .options import Options, int_option, offsets_option, path_option, time_option, types_option
-from .plan import MAX_BYTES_PER_PARTITION, SegmentPart, find_sources, plan_range
+from .options import Options, offsets_option, packing_options, path_option, time_option, types_option
+from .plan import PackedPart, SegmentPart, find_sources, pack, plan_range
 from .read import read_partition
 
 
@@ -48,16 +50,16 @@ class SejBatchReader(DataSourceReader):
         self.start_time = time_option(options, "starttime")
         self.end_time = time_option(options, "endtime")
         self.types = types_option(options)
-        self.max_bytes = int_option(options, "maxbytesperpartition", MAX_BYTES_PER_PARTITION)
+        self.max_bytes, self.open_cost, self.min_partitions = packing_options(options)
         # Narrowed by pushed-down filters (SejFilteringReader):
         self.min_offset, self.end_offset = 0, MAX_OFFSET + 1
         self.shards: set[str] | None = None
         self.clients: set[str] | None = None
 
-    def partitions(self) -> list[SegmentPart]:
+    def partitions(self) -> list[SegmentPart | PackedPart]:
         parts: list[SegmentPart] = []
         if self.types == () or self.shards == set() or self.clients == set():
-            return parts
+            return []
         for src in find_sources(self.path):
             if self.shards is not None and src.shard not in self.shards:
                 continue
@@ -82,7 +84,7 @@ class SejBatchReader(DataSourceReader):
                 hi = min(hi, offset_at_time(src.path, self.end_time))
             lo, hi = max(lo, self.min_offset), min(hi, self.end_offset)
             parts.extend(plan_range(src, lo, hi, types=self.types, max_bytes=self.max_bytes, segments=segments))
-        return parts
+        return pack(parts, self.max_bytes, self.open_cost, self.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(partition)

@@ -8,11 +8,18 @@ InvalidArgumentError naming the option and the value; a missing one gives the de
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from typing import Any
 
 from ..errors import InvalidArgumentError
 from ..timestamps import parse_time
+
+MAX_BYTES_PER_PARTITION = 64 << 20
+"""The most bytes one task reads, unless a single segment piece is bigger (option maxBytesPerPartition)."""
+
+OPEN_COST_IN_BYTES = 4 << 20
+"""What one more segment piece costs a task, counted as bytes (Spark's spark.sql.files.openCostInBytes)."""
 
 Options = dict[str, str]
 """Options by lower-case name."""
@@ -92,6 +99,19 @@ def int_option(options: Options, name: str, default: int, minimum: int = 1) -> i
     return value
 
 
+def packing_options(options: Options) -> tuple[int, int, int]:
+    """(maxBytesPerPartition, openCostInBytes, minPartitions) for packing segment pieces into tasks.
+
+    minPartitions defaults to the CPU count of the machine that plans the read (the driver): in
+    local mode that is the cores Spark runs tasks on; on a cluster, set it to the executors' cores.
+    """
+    return (
+        int_option(options, "maxbytesperpartition", MAX_BYTES_PER_PARTITION),
+        int_option(options, "opencostinbytes", OPEN_COST_IN_BYTES, minimum=0),
+        int_option(options, "minpartitions", os.cpu_count() or 1),
+    )
+
+
 def bool_option(options: Options, name: str, default: bool, *, strict: bool = True) -> bool:
     """`true` or `false` (any case, spaces around ignored); `default` when missing.
 
@@ -112,6 +132,7 @@ __all__ = [
     "int_option",
     "lower_case",
     "offsets_option",
+    "packing_options",
     "path_option",
     "position_or_offsets_option",
     "time_option",

@@ -12,8 +12,7 @@ from ..layout import Segment, index_path, list_segments
 from ..segment import seek_index
 from ..shard.name import is_shard_name
 from ..shard.root import find_journals
-
-MAX_BYTES_PER_PARTITION = 64 << 20
+from .options import MAX_BYTES_PER_PARTITION, OPEN_COST_IN_BYTES
 
 
 class JournalSource(NamedTuple):
@@ -78,6 +77,42 @@ class SegmentPart(InputPartition):
         self.missing_ok = missing_ok
 
 
+class PackedPart(InputPartition):
+    """Several small pieces (SegmentParts, of any journals) that one task reads one after the other."""
+
+    def __init__(self, parts: tuple[SegmentPart, ...]) -> None:
+        super().__init__(len(parts))
+        self.parts = parts
+
+
+def pack(
+    parts: list[SegmentPart], max_bytes: int, open_cost: int = OPEN_COST_IN_BYTES, min_partitions: int = 1
+) -> list[SegmentPart | PackedPart]:
+    """Spark's packing of small files, for segment pieces: few tasks for many small journals.
+
+    Each piece weighs its bytes plus `open_cost`. The split size is `max_bytes`, lowered so that the
+    pieces fill at least `min_partitions` partitions when there is enough to read (as Spark lowers
+    it to the bytes per core); pieces, biggest first, fill each partition up to it. A piece is never
+    cut here (plan_range cut big segments at index entries already), so every offset is in exactly
+    one partition.
+    """
+    if not parts:
+        return []
+    weight = [p.end - p.start + open_cost for p in parts]
+    split = min(max_bytes, max(open_cost, sum(weight) // max(1, min_partitions)))
+    out: list[SegmentPart | PackedPart] = []
+    current: list[SegmentPart] = []
+    size = 0
+    for w, p in sorted(zip(weight, parts, strict=True), key=lambda wp: -wp[0]):
+        if current and size + w > split:
+            out.append(current[0] if len(current) == 1 else PackedPart(tuple(current)))
+            current, size = [], 0
+        current.append(p)
+        size += w
+    out.append(current[0] if len(current) == 1 else PackedPart(tuple(current)))
+    return out
+
+
 def plan_range(
     src: JournalSource,
     lo: int,
@@ -132,4 +167,14 @@ def _cuts(jpath: str, seg: Segment, is_last: bool, max_bytes: int) -> list[tuple
     return [(pos, first, cuts[k + 1][0] if k + 1 < len(cuts) else size) for k, (pos, first) in enumerate(cuts)]
 
 
-__all__ = ["MAX_BYTES_PER_PARTITION", "JournalSource", "SegmentPart", "find_sources", "plan_range", "split_name"]
+__all__ = [
+    "MAX_BYTES_PER_PARTITION",
+    "OPEN_COST_IN_BYTES",
+    "JournalSource",
+    "PackedPart",
+    "SegmentPart",
+    "find_sources",
+    "pack",
+    "plan_range",
+    "split_name",
+]

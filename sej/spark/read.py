@@ -33,7 +33,7 @@ from ..frames import (
 )
 from ..fsutil import open_file
 from ..segment import MAX_READ
-from .plan import SegmentPart
+from .plan import PackedPart, SegmentPart
 from .schema import ARROW_SCHEMA
 
 READ_CHUNK = 8 << 20
@@ -284,8 +284,10 @@ def read_part(p: SegmentPart) -> Iterator[pa.RecordBatch]:
 
 
 def read_partition(partition: object) -> Iterator[pa.RecordBatch]:
-    """The readers' `read`: read_part of a SegmentPart; nothing for anything else (Spark reads one
-    InputPartition(None) when a plan has no partitions)."""
+    """The readers' `read`: read_part of a SegmentPart or of each part of a PackedPart; nothing for
+    anything else (Spark reads one InputPartition(None) when a plan has no partitions)."""
+    if isinstance(partition, PackedPart):
+        return (batch for part in partition.parts for batch in read_part(part))
     if not isinstance(partition, SegmentPart):
         return iter(())
     return read_part(partition)

@@ -27,8 +27,16 @@ from ..errors import CorruptionWarning, DataLossError
 from ..journal import first_offset, next_offset
 from ..layout import check_reader_name, list_segments, offset_dir, reader_offset_path
 from ..offset import read_offset_file, write_offset_file
-from .options import Options, bool_option, int_option, path_option, position_or_offsets_option, types_option
-from .plan import MAX_BYTES_PER_PARTITION, JournalSource, SegmentPart, find_sources, plan_range
+from .options import (
+    Options,
+    bool_option,
+    int_option,
+    packing_options,
+    path_option,
+    position_or_offsets_option,
+    types_option,
+)
+from .plan import JournalSource, SegmentPart, find_sources, pack, plan_range
 from .read import read_partition
 
 Offsets = dict[str, int]
@@ -63,7 +71,7 @@ class SejStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.max_rows = int_option(options, "maxrecordspertrigger", 0)
         self.fail_on_data_loss = bool_option(options, "failondataloss", True)
         self.types = types_option(options)
-        self.max_bytes = int_option(options, "maxbytesperpartition", MAX_BYTES_PER_PARTITION)
+        self.max_bytes, self.open_cost, self.min_partitions = packing_options(options)
         self.target: Offsets | None = None  # the end fixed by prepareForTriggerAvailableNow
 
     def _sources(self) -> dict[str, JournalSource]:
@@ -149,7 +157,7 @@ class SejStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     missing_ok=not self.fail_on_data_loss,
                 )  # fmt: skip
             )
-        return parts
+        return pack(parts, self.max_bytes, self.open_cost, self.min_partitions)
 
     def _lost(self, what: str) -> None:
         if self.fail_on_data_loss:
