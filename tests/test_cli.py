@@ -376,7 +376,7 @@ def test_tail_follow_of_a_root_is_refused(root: tuple[str, dict[str, list[int]]]
 
 
 def test_tail_follow_in_a_subprocess_until_ctrl_c(jnl: str) -> None:
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONFAULTHANDLER="1")
     p = subprocess.Popen(
         [sys.executable, "-m", "sej.apps.cli", "tail", jnl, "-n", "1", "-f", "--format", "hex"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
@@ -388,7 +388,12 @@ def test_tail_follow_in_a_subprocess_until_ctrl_c(jnl: str) -> None:
             w.append(b"later", key=b"k", type=7, timestamp=T0 + 99 * MIN)
         assert p.stdout.readline() == f"12 {T0 + 99 * MIN} 7 6b {b'later'.hex()}\n"
         p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=scaled(20))
+        try:
+            out, err = p.communicate(timeout=scaled(20))
+        except subprocess.TimeoutExpired:  # seen once under heavy load: show where it hangs
+            p.send_signal(signal.SIGABRT)  # PYTHONFAULTHANDLER: every thread's stack to stderr
+            _, err = p.communicate(timeout=scaled(10))
+            pytest.fail(f"tail -f did not stop on SIGINT; its threads:\n{err}")
     finally:
         if p.poll() is None:
             p.kill()

@@ -31,11 +31,21 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
 )
 
+from ..errors import InvalidArgumentError
 from ..frames import MAX_OFFSET
 from ..journal import next_offset, offset_at_time
 from ..layout import list_segments
 from ..timestamps import to_ns
-from .options import Options, offsets_option, packing_options, path_option, time_option, types_option
+from .options import (
+    Options,
+    millis_by_journal_option,
+    millis_option,
+    packing_options,
+    path_option,
+    position_or_offsets_option,
+    time_option,
+    types_option,
+)
 from .plan import PackedPart, SegmentPart, find_sources, pack, plan_range
 from .read import read_partition
 
@@ -45,10 +55,17 @@ class SejBatchReader(DataSourceReader):
 
     def __init__(self, options: Options) -> None:
         self.path = path_option(options, "spark.read.format('sej').load(path)")
-        self.starting = offsets_option(options, "startingoffsets")
-        self.ending = offsets_option(options, "endingoffsets")
-        self.start_time = time_option(options, "starttime")
-        self.end_time = time_option(options, "endtime")
+        starting = position_or_offsets_option(options, "startingoffsets", "earliest")
+        self.starting = {} if starting == "earliest" else starting  # a dict, or "latest"
+        ending = position_or_offsets_option(options, "endingoffsets", "latest")
+        if isinstance(ending, str) and ending != "latest":
+            raise InvalidArgumentError("option endingOffsets must be latest or JSON offsets, not earliest")
+        self.ending: dict[str, int] = {} if isinstance(ending, str) else ending
+        # Times: ours (ISO 8601, relative or ns) and the Kafka source's (ms), for all journals or each one.
+        self.start_time = _latest(time_option(options, "starttime"), millis_option(options, "startingtimestamp"))
+        self.end_time = _earliest(time_option(options, "endtime"), millis_option(options, "endingtimestamp"))
+        self.start_times = millis_by_journal_option(options, "startingoffsetsbytimestamp")
+        self.end_times = millis_by_journal_option(options, "endingoffsetsbytimestamp")
         self.types = types_option(options)
         self.max_bytes, self.open_cost, self.min_partitions = packing_options(options)
         # Narrowed by pushed-down filters (SejFilteringReader):
@@ -70,7 +87,7 @@ class SejBatchReader(DataSourceReader):
                 continue
             lo = segments[0].first_offset
             hi = next_offset(src.path)
-            s = self.starting.get(src.name, -2)
+            s = -1 if isinstance(self.starting, str) else self.starting.get(src.name, -2)
             if s >= 0:
                 lo = max(lo, s)
             elif s == -1:
@@ -78,10 +95,12 @@ class SejBatchReader(DataSourceReader):
             e = self.ending.get(src.name, -1)
             if e >= 0:
                 hi = min(hi, e)
-            if self.start_time is not None:
-                lo = max(lo, offset_at_time(src.path, self.start_time))
-            if self.end_time is not None:
-                hi = min(hi, offset_at_time(src.path, self.end_time))
+            start = _latest(self.start_time, self.start_times.get(src.name))
+            if start is not None:
+                lo = max(lo, offset_at_time(src.path, start))
+            end = _earliest(self.end_time, self.end_times.get(src.name))
+            if end is not None:
+                hi = min(hi, offset_at_time(src.path, end))
             lo, hi = max(lo, self.min_offset), min(hi, self.end_offset)
             parts.extend(plan_range(src, lo, hi, types=self.types, max_bytes=self.max_bytes, segments=segments))
         return pack(parts, self.max_bytes, self.open_cost, self.min_partitions)
@@ -138,6 +157,16 @@ class SejFilteringReader(SejBatchReader):
         else:
             return False
         return True
+
+
+def _latest(*times: int | None) -> int | None:
+    given = [t for t in times if t is not None]
+    return max(given) if given else None
+
+
+def _earliest(*times: int | None) -> int | None:
+    given = [t for t in times if t is not None]
+    return min(given) if given else None
 
 
 def _is_int(v: object) -> bool:

@@ -25,9 +25,47 @@ Options = dict[str, str]
 """Options by lower-case name."""
 
 
+BATCH_OPTIONS = (
+    "path", "startingOffsets", "endingOffsets", "startingOffsetsByTimestamp", "endingOffsetsByTimestamp",
+    "startingTimestamp", "endingTimestamp", "startTime", "endTime", "type", "maxBytesPerPartition",
+    "openCostInBytes", "minPartitions", "pushFilters",
+)  # fmt: skip
+"""The batch reader's options, as users write them (Spark compares names in any case)."""
+
+STREAM_OPTIONS = (
+    "path", "queryName", "startingOffsets", "startingOffsetsByTimestamp", "startingTimestamp", "startTime",
+    "maxRecordsPerTrigger", "failOnDataLoss", "type", "maxBytesPerPartition", "openCostInBytes", "minPartitions",
+)  # fmt: skip
+"""The stream reader's options."""
+
+ALIASES = {"maxOffsetsPerTrigger": "maxRecordsPerTrigger"}
+"""Names of Spark's Kafka source that mean the same thing as one of ours."""
+
+
 def lower_case(options: Mapping[str, Any]) -> Options:
     """The options as strings, by lower-case name."""
     return {str(k).lower(): str(v) for k, v in dict(options).items()}
+
+
+def checked(options: Mapping[str, Any], valid: tuple[str, ...], call: str) -> Options:
+    """`lower_case(options)` with aliases replaced; InvalidArgumentError naming any unknown option.
+
+    A misspelled option must not be ignored silently (a read would then quietly read
+    something else), so every name is checked against the reader's `valid` ones.
+    """
+    known = {n.lower(): n for n in valid}
+    aliases = {a.lower(): b.lower() for a, b in ALIASES.items() if b.lower() in known}
+    out: Options = {}
+    given: dict[str, str] = {}
+    for k, v in dict(options).items():
+        name = aliases.get(str(k).lower(), str(k).lower())
+        if name not in known:
+            names = ", ".join(sorted([*valid, *(a for a, b in ALIASES.items() if b in valid)], key=str.lower))
+            raise InvalidArgumentError(f"{call}: unknown option {k!r}; the options are {names}")
+        if name in out:
+            raise InvalidArgumentError(f"{call}: options {given[name]!r} and {k!r} are the same option; give one")
+        out[name], given[name] = str(v), str(k)
+    return out
 
 
 def path_option(options: Options, call: str) -> str:
@@ -58,6 +96,32 @@ def position_or_offsets_option(options: Options, name: str, default: str) -> str
     if raw in ("earliest", "latest"):
         return raw
     return offsets_option(options, name)
+
+
+def millis_option(options: Options, name: str) -> int | None:
+    """Milliseconds since the Unix epoch (as the Kafka source's timestamps), in ns; None when missing."""
+    raw = options.get(name)
+    if raw is None:
+        return None
+    try:
+        return int(raw) * 1_000_000
+    except ValueError:
+        raise InvalidArgumentError(f"option {name} must be milliseconds since the Unix epoch, got {raw!r}") from None
+
+
+def millis_by_journal_option(options: Options, name: str) -> dict[str, int]:
+    """JSON `{"<journal>": ms}` (ms since the Unix epoch, as the Kafka source's), in ns; {} when missing."""
+    raw = options.get(name)
+    if raw is None:
+        return {}
+    try:
+        parsed = json.loads(raw)
+    except json.JSONDecodeError as e:
+        example = '{"<journal>": 1700000000000}'
+        raise InvalidArgumentError(f"option {name} must be JSON like {example}, got {raw!r}: {e}") from None
+    if not isinstance(parsed, dict) or not all(isinstance(v, int) and not isinstance(v, bool) for v in parsed.values()):
+        raise InvalidArgumentError(f"option {name} must map journal names to ms since the Unix epoch, got {raw!r}")
+    return {str(k): int(v) * 1_000_000 for k, v in parsed.items()}
 
 
 def time_option(options: Options, name: str) -> int | None:
@@ -127,7 +191,13 @@ def bool_option(options: Options, name: str, default: bool, *, strict: bool = Tr
 
 
 __all__ = [
+    "ALIASES",
+    "BATCH_OPTIONS",
+    "STREAM_OPTIONS",
     "Options",
+    "checked",
+    "millis_by_journal_option",
+    "millis_option",
     "bool_option",
     "int_option",
     "lower_case",

@@ -8,7 +8,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.types import StructType
 
 from .batch import SejBatchReader, SejFilteringReader
-from .options import bool_option, lower_case
+from .options import BATCH_OPTIONS, STREAM_OPTIONS, bool_option, checked
 from .schema import SCHEMA
 from .stream import SejStreamReader
 
@@ -24,14 +24,14 @@ class SejDataSource(DataSource):
         return SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        options = lower_case(self.options)
+        options = checked(self.options, BATCH_OPTIONS, "spark.read.format('sej')")
         # Two classes: a reader with pushFilters fails unless Spark's filterPushdown is on (see SejFilteringReader).
         if bool_option(options, "pushfilters", False, strict=False):
             return SejFilteringReader(options)
         return SejBatchReader(options)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return SejStreamReader(lower_case(self.options))
+        return SejStreamReader(checked(self.options, STREAM_OPTIONS, "spark.readStream.format('sej')"))
 
 
 def register(spark: Any) -> None:

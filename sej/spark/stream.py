@@ -24,16 +24,19 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from ..errors import CorruptionWarning, DataLossError
-from ..journal import first_offset, next_offset
+from ..journal import first_offset, next_offset, offset_at_time
 from ..layout import check_reader_name, list_segments, offset_dir, reader_offset_path
 from ..offset import read_offset_file, write_offset_file
 from .options import (
     Options,
     bool_option,
     int_option,
+    millis_by_journal_option,
+    millis_option,
     packing_options,
     path_option,
     position_or_offsets_option,
+    time_option,
     types_option,
 )
 from .plan import JournalSource, SegmentPart, find_sources, pack, plan_range
@@ -68,6 +71,11 @@ class SejStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         name = options.get("queryname")
         self.reader_name = None if name is None else check_reader_name(f"spark-{name}")
         self.starting = position_or_offsets_option(options, "startingoffsets", "earliest")
+        # Times win over startingOffsets (as in the Kafka source): ours (ISO 8601, relative, ns) or Kafka's (ms).
+        start_times = [t for t in (time_option(options, "starttime"), millis_option(options, "startingtimestamp"))
+                       if t is not None]  # fmt: skip
+        self.start_time = max(start_times) if start_times else None
+        self.start_times = millis_by_journal_option(options, "startingoffsetsbytimestamp")
         self.max_rows = int_option(options, "maxrecordspertrigger", 0)
         self.fail_on_data_loss = bool_option(options, "failondataloss", True)
         self.types = types_option(options)
@@ -80,6 +88,10 @@ class SejStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> Offsets:
         out: Offsets = {}
         for name, src in self._sources().items():
+            t = self.start_times.get(name, self.start_time)
+            if t is not None:
+                out[name] = offset_at_time(src.path, t)
+                continue
             at = self.starting.get(name, -2) if isinstance(self.starting, dict) else self.starting
             if at in (-1, "latest"):
                 out[name] = next_offset(src.path)
