@@ -232,6 +232,8 @@ def ref_frame(buf: bytes, pos: int, expect: int | None) -> tuple[str, int, Messa
     CORRUPT: no bytes appended could make them one. An empty tail is INCOMPLETE.
     """
     avail = len(buf) - pos
+    if expect is not None and expect > 2**64 - 1:  # after offset 2**64-1: no frame can carry the next one
+        return (CORRUPT, pos, None) if avail else (INCOMPLETE, pos, None)
     if expect is not None:
         have = min(avail, 8)
         if buf[pos : pos + have] != U64.pack(expect)[:have]:
