@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+import threading
 import time
 from collections.abc import Iterator
 from operator import length_hint
@@ -19,6 +20,9 @@ from .timestamps import to_ns
 from .watch import Subscription, Wakeup
 
 _EMPTY: list[Message] = []
+
+_WAIT_SLICE = 0.5
+"""Longest single wait for a file event, in seconds (see Scanner._next_batch)."""
 
 
 class _Open:
@@ -71,6 +75,18 @@ class _Open:
 
     def leftover(self) -> int:
         return os.fstat(self.fd).st_size - self.pos
+
+
+def _wait(event: threading.Event, deadline: float | None) -> None:
+    """Wait for `event` until `deadline` (monotonic; None: no end), in slices of _WAIT_SLICE.
+
+    A signal the kernel hands to another thread (watchdog's) does not wake a main thread blocked
+    on a lock, so one long wait would leave Ctrl-C unseen until the next file event.
+    """
+    while True:
+        step = _WAIT_SLICE if deadline is None else min(deadline - time.monotonic(), _WAIT_SLICE)
+        if step <= 0 or event.wait(step):
+            return
 
 
 class Scanner:
@@ -232,7 +248,7 @@ class Scanner:
                     return False
             if self._subscribe():
                 continue  # data may have come before the watch was in place
-            event.wait(remaining)
+            _wait(event, deadline)
 
     def _subscribe(self) -> bool:
         """Watch the segment directory (or the journal's, until it exists); True if it changed."""

@@ -29,7 +29,7 @@ from sej.apps.cli.main import cli
 from sej.layout import index_path, segment_path
 from sej.shard import format_shard
 from sej.timestamps import TimeError, format_time, parse_time
-from testing.timing import scaled
+from testing.timing import scaled, wait_until
 
 from .conftest import popen_python, run_with_stderr_on_a_terminal
 
@@ -398,6 +398,32 @@ def test_tail_follow_in_a_subprocess_until_ctrl_c(jnl: str) -> None:
         if p.poll() is None:
             p.kill()
     assert p.returncode == 0 and "Traceback" not in err and err == ""
+
+
+def test_tail_follow_stops_on_sigint_whichever_thread_the_kernel_hands_it_to(jnl: str) -> None:
+    """Found under load: SIGINT delivered to one of watchdog's threads did not wake the main thread,
+    blocked without a timeout on the scanner's event, so `tail -f` ran on (the kernel picks the thread)."""
+    import ctypes
+
+    tgkill = ctypes.CDLL(None, use_errno=True).tgkill
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    p = subprocess.Popen([sys.executable, "-m", "sej.apps.cli", "tail", jnl, "-n", "1", "-f"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
+    try:
+        assert p.stdout is not None and p.stdout.readline()  # following now: the watch threads run
+
+        def threads() -> list[int]:
+            return [int(t) for t in os.listdir(f"/proc/{p.pid}/task") if int(t) != p.pid]
+
+        # watchdog's observer, inotify reader and emitter: the watch is in place, the main thread waits.
+        wait_until(lambda: len(threads()) >= 3, scaled(20), "tail -f to start watching")
+        tids = threads()
+        assert tgkill(p.pid, tids[-1], signal.SIGINT) == 0
+        _, err = p.communicate(timeout=scaled(20))
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0 and err == ""
 
 
 # -- offset and reset ---------------------------------------------------------------------------

@@ -119,8 +119,9 @@ def test_bad_options_are_clear_errors(spark, tmp_path) -> None:
         ("startingOffsets", "{not json", "startingoffsets must be JSON"),
         ("endingOffsets", '{"p.2.000": -7}', "endingoffsets must map"),
         ("startTime", "yesterday-ish", "starttime"),
-        ("startingOffset", "0", "unknown option 'startingOffset'; the options are"),  # a typo fails, not ignored
-        ("maxOffsetsPerTrigger", "5", "unknown option 'maxOffsetsPerTrigger'"),  # streaming only
+        # Spark hands options to the source with lower-case names: the error names them so.
+        ("startingOffset", "0", "unknown option 'startingoffset'; the options are"),  # a typo fails, not ignored
+        ("maxOffsetsPerTrigger", "5", "unknown option 'maxoffsetspertrigger'"),  # streaming only
         ("endingOffsets", "earliest", "not earliest"),
     ]:
         with pytest.raises(Exception) as e:
