@@ -375,11 +375,19 @@ def test_tail_follow_of_a_root_is_refused(root: tuple[str, dict[str, list[int]]]
     assert "tail -f follows one journal" in one_error_line(r)
 
 
+def default_sigint() -> None:
+    """In the child: SIGINT as a terminal gives it. A test run started in the background (nohup, `&` in a
+    script) ignores SIGINT, and an ignored signal stays ignored across exec, so Ctrl-C could never work."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def test_tail_follow_in_a_subprocess_until_ctrl_c(jnl: str) -> None:
     env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONFAULTHANDLER="1")
     p = subprocess.Popen(
         [sys.executable, "-m", "sej.apps.cli", "tail", jnl, "-n", "1", "-f", "--format", "hex"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        preexec_fn=default_sigint,
     )  # fmt: skip
     try:
         assert p.stdout is not None
@@ -408,7 +416,8 @@ def test_tail_follow_stops_on_sigint_whichever_thread_the_kernel_hands_it_to(jnl
     tgkill = ctypes.CDLL(None, use_errno=True).tgkill
     env = dict(os.environ, PYTHONPATH=str(REPO))
     p = subprocess.Popen([sys.executable, "-m", "sej.apps.cli", "tail", jnl, "-n", "1", "-f"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        preexec_fn=default_sigint)  # fmt: skip
     try:
         assert p.stdout is not None and p.stdout.readline()  # following now: the watch threads run
 
