@@ -76,18 +76,25 @@ def path_option(options: Options, call: str) -> str:
     return path
 
 
-def offsets_option(options: Options, name: str) -> dict[str, int]:
-    """JSON `{"<journal>": offset}` (an offset >= 0, -1 for the latest or -2 for the earliest); {} when missing."""
+def _journal_map(options: Options, name: str, example: str, ok: Any, what: str) -> dict[str, int] | None:
+    """JSON `{"<journal>": int}` whose values pass `ok`; None when missing (errors name the option)."""
     raw = options.get(name)
     if raw is None:
-        return {}
+        return None
     try:
         parsed = json.loads(raw)
     except json.JSONDecodeError as e:
-        raise InvalidArgumentError(f'option {name} must be JSON like {{"<journal>": 42}}, got {raw!r}: {e}') from None
-    if not isinstance(parsed, dict) or not all(isinstance(v, int) and v >= -2 for v in parsed.values()):
-        raise InvalidArgumentError(f"option {name} must map journal names to offsets (>= 0, -1 or -2), got {raw!r}")
+        raise InvalidArgumentError(f"option {name} must be JSON like {example}, got {raw!r}: {e}") from None
+    if not isinstance(parsed, dict) or not all(ok(v) for v in parsed.values()):
+        raise InvalidArgumentError(f"option {name} must map journal names to {what}, got {raw!r}")
     return {str(k): int(v) for k, v in parsed.items()}
+
+
+def offsets_option(options: Options, name: str) -> dict[str, int]:
+    """JSON `{"<journal>": offset}` (an offset >= 0, -1 for the latest or -2 for the earliest); {} when missing."""
+    got = _journal_map(options, name, '{"<journal>": 42}', lambda v: isinstance(v, int) and v >= -2,
+                       "offsets (>= 0, -1 or -2)")  # fmt: skip
+    return got or {}
 
 
 def position_or_offsets_option(options: Options, name: str, default: str) -> str | dict[str, int]:
@@ -111,17 +118,9 @@ def millis_option(options: Options, name: str) -> int | None:
 
 def millis_by_journal_option(options: Options, name: str) -> dict[str, int]:
     """JSON `{"<journal>": ms}` (ms since the Unix epoch, as the Kafka source's), in ns; {} when missing."""
-    raw = options.get(name)
-    if raw is None:
-        return {}
-    try:
-        parsed = json.loads(raw)
-    except json.JSONDecodeError as e:
-        example = '{"<journal>": 1700000000000}'
-        raise InvalidArgumentError(f"option {name} must be JSON like {example}, got {raw!r}: {e}") from None
-    if not isinstance(parsed, dict) or not all(isinstance(v, int) and not isinstance(v, bool) for v in parsed.values()):
-        raise InvalidArgumentError(f"option {name} must map journal names to ms since the Unix epoch, got {raw!r}")
-    return {str(k): int(v) * 1_000_000 for k, v in parsed.items()}
+    got = _journal_map(options, name, '{"<journal>": 1700000000000}',
+                       lambda v: isinstance(v, int) and not isinstance(v, bool), "ms since the Unix epoch")  # fmt: skip
+    return {k: v * 1_000_000 for k, v in (got or {}).items()}
 
 
 def time_option(options: Options, name: str) -> int | None:
