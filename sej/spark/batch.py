@@ -1,14 +1,10 @@
 """The batch reader of the `sej` format: `spark.read.format("sej").load(path)`.
 
-`path` is a journal, a sharded root or a hub root (`<client-id>.<shard>` directories);
-the columns are in schema.py. A large segment is split at sparse-index positions so several
-tasks read it; small segments and pieces, of any journals, are packed into one task as Spark
-packs small files (plan.pack). `read()` yields Arrow batches.
-
-Options: startingOffsets / endingOffsets (JSON `{"<journal>": offset}`, -2 for the
-earliest / -1 for the latest, like Spark's Kafka source; ending is exclusive),
-startTime / endTime (ISO 8601 or ns), type (an int), maxBytesPerPartition, openCostInBytes,
-minPartitions; with
+`path` is a journal, a sharded root or a hub root (`<client-id>.<shard>` directories),
+several of them (`load([a, b])`) or a glob pattern; the columns are in schema.py. A large
+segment is split at sparse-index positions so several tasks read it; small segments and
+pieces, of any journals, are packed into one task as Spark packs small files (plan.pack).
+`read()` yields Arrow batches. The options are in docs/spark.md and options.py; with
 pushFilters=true, SejFilteringReader (below) reads instead of SejBatchReader.
 """
 
@@ -38,10 +34,11 @@ from ..layout import list_segments
 from ..timestamps import to_ns
 from .options import (
     Options,
+    bool_option,
     millis_by_journal_option,
     millis_option,
     packing_options,
-    path_option,
+    paths_option,
     position_or_offsets_option,
     time_option,
     types_option,
@@ -54,7 +51,8 @@ class SejBatchReader(DataSourceReader):
     """Every message of the journals under `path` within the options' offset and time ranges."""
 
     def __init__(self, options: Options) -> None:
-        self.path = path_option(options, "spark.read.format('sej').load(path)")
+        self.paths = paths_option(options, "spark.read.format('sej').load(path)")
+        self.include_root = bool_option(options, "includeroot", False)
         starting = position_or_offsets_option(options, "startingoffsets", "earliest")
         self.starting = {} if starting == "earliest" else starting  # a dict, or "latest"
         ending = position_or_offsets_option(options, "endingoffsets", "latest")
@@ -77,7 +75,7 @@ class SejBatchReader(DataSourceReader):
         parts: list[SegmentPart] = []
         if self.types == () or self.shards == set() or self.clients == set():
             return []
-        for src in find_sources(self.path):
+        for src in find_sources(self.paths, include_root=self.include_root):
             if self.shards is not None and src.shard not in self.shards:
                 continue
             if self.clients is not None and src.client not in self.clients:

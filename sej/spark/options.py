@@ -26,15 +26,16 @@ Options = dict[str, str]
 
 
 BATCH_OPTIONS = (
-    "path", "startingOffsets", "endingOffsets", "startingOffsetsByTimestamp", "endingOffsetsByTimestamp",
-    "startingTimestamp", "endingTimestamp", "startTime", "endTime", "type", "maxBytesPerPartition",
-    "openCostInBytes", "minPartitions", "pushFilters",
+    "path", "paths", "includeRoot", "startingOffsets", "endingOffsets", "startingOffsetsByTimestamp",
+    "endingOffsetsByTimestamp", "startingTimestamp", "endingTimestamp", "startTime", "endTime", "type",
+    "maxBytesPerPartition", "openCostInBytes", "minPartitions", "pushFilters",
 )  # fmt: skip
 """The batch reader's options, as users write them (Spark compares names in any case)."""
 
 STREAM_OPTIONS = (
-    "path", "queryName", "startingOffsets", "startingOffsetsByTimestamp", "startingTimestamp", "startTime",
-    "maxRecordsPerTrigger", "failOnDataLoss", "type", "maxBytesPerPartition", "openCostInBytes", "minPartitions",
+    "path", "paths", "includeRoot", "queryName", "startingOffsets", "startingOffsetsByTimestamp",
+    "startingTimestamp", "startTime", "maxRecordsPerTrigger", "failOnDataLoss", "type", "maxBytesPerPartition",
+    "openCostInBytes", "minPartitions",
 )  # fmt: skip
 """The stream reader's options."""
 
@@ -68,12 +69,25 @@ def checked(options: Mapping[str, Any], valid: tuple[str, ...], call: str) -> Op
     return out
 
 
-def path_option(options: Options, call: str) -> str:
-    """The `path` option; InvalidArgumentError saying `call` needs one when it is missing or empty."""
-    path = options.get("path")
-    if not path:
+def paths_option(options: Options, call: str) -> list[str]:
+    """The loaded paths: `path`, and `paths` (a JSON list: Spark sets it for `load([a, b])`).
+
+    InvalidArgumentError saying `call` needs one when there are none. Glob patterns stay as
+    they are: plan.expand_paths matches them when the journals are listed.
+    """
+    paths = [options["path"]] if options.get("path") else []
+    raw = options.get("paths")
+    if raw is not None:
+        try:
+            parsed = json.loads(raw)
+        except json.JSONDecodeError:
+            parsed = None
+        if not isinstance(parsed, list) or not all(isinstance(p, str) and p for p in parsed):
+            raise InvalidArgumentError(f'option paths must be a JSON list of paths like ["/a", "/b"], got {raw!r}')
+        paths += parsed
+    if not paths:
         raise InvalidArgumentError(f"{call} needs a path")
-    return path
+    return paths
 
 
 def _journal_map(options: Options, name: str, example: str, ok: Any, what: str) -> dict[str, int] | None:
@@ -202,7 +216,7 @@ __all__ = [
     "lower_case",
     "offsets_option",
     "packing_options",
-    "path_option",
+    "paths_option",
     "position_or_offsets_option",
     "time_option",
     "types_option",

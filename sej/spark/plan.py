@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import glob
 import os
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from pyspark.sql.datasource import InputPartition
 
+from ..errors import InvalidArgumentError
 from ..fsutil import open_file
 from ..layout import Segment, index_path, list_segments
 from ..segment import seek_index
@@ -18,14 +21,17 @@ from .options import MAX_BYTES_PER_PARTITION, OPEN_COST_IN_BYTES
 class JournalSource(NamedTuple):
     """One journal under the loaded path that a read takes rows from.
 
-    `name` is its name in the offset options (its directory's name under a root, "" for a
-    lone journal), `path` its directory, `client` and `shard` its rows' column values.
+    `name` is its name in the offset options: its directory's name under a root, "" for a lone
+    journal (its directory's name when several paths are loaded), its path with includeRoot.
+    `path` is its directory; `client`, `shard` and `root` are its rows' column values (`root`:
+    the loaded path it was found under, None without includeRoot).
     """
 
     name: str
     path: str
     client: str | None
     shard: str
+    root: str | None = None
 
 
 def split_name(name: str) -> tuple[str | None, str]:
@@ -38,12 +44,53 @@ def split_name(name: str) -> tuple[str | None, str]:
     return (client, shard) if shard else (None, name)
 
 
-def find_sources(path: str) -> list[JournalSource]:
-    """The journals under `path` (a journal, a sharded root or a hub root)."""
-    out = []
-    for j in find_journals(path):
-        client, shard = split_name(j.name)
-        out.append(JournalSource(j.name, j.path, client, shard or os.path.basename(os.path.normpath(j.path))))
+def expand_paths(paths: Sequence[str]) -> list[str]:
+    """The loaded paths: each path, or what a glob pattern matches (sorted), without repeats.
+
+    A path that exists is taken as it is, even if it holds glob characters. A pattern that
+    matches nothing is an error, as in Spark's file sources.
+    """
+    out: list[str] = []
+    seen: set[str] = set()
+    for p in paths:
+        found = [p]
+        if not os.path.lexists(p) and glob.has_magic(p):
+            found = sorted(glob.glob(p))
+            if not found:
+                raise InvalidArgumentError(f"path {p!r} matches nothing")
+        for f in found:
+            real = os.path.realpath(f)
+            if real not in seen:
+                seen.add(real)
+                out.append(f)
+    return out
+
+
+def find_sources(paths: str | Sequence[str], *, include_root: bool = False) -> list[JournalSource]:
+    """The journals under `paths`: journals, sharded roots, hub roots, or glob patterns of them.
+
+    A journal name found under two loaded paths is an error naming both, unless `include_root`:
+    then journals are named by their paths and the root column tells them apart.
+    """
+    roots = expand_paths([paths] if isinstance(paths, str) else paths)
+    several = len(roots) > 1
+    out: list[JournalSource] = []
+    where: dict[str, str] = {}
+    for root in roots:
+        for j in find_journals(root):
+            base = os.path.basename(os.path.normpath(j.path))
+            name = j.path if include_root else j.name or (base if several else "")
+            if name in where and include_root:
+                raise InvalidArgumentError(f"journal {j.path} is in two of the loaded paths; load it once")
+            if name in where:
+                raise InvalidArgumentError(
+                    f"journal {name or base!r} is in two of the loaded paths: {where[name]} and {j.path}; "
+                    "load each journal once, or set option includeRoot=true to read both "
+                    "(the root column then tells them apart)"
+                )
+            where[name] = j.path
+            client, shard = split_name(j.name or (base if several else ""))
+            out.append(JournalSource(name, j.path, client, shard or base, root if include_root else None))
     return out
 
 
@@ -60,6 +107,7 @@ class SegmentPart(InputPartition):
         path: str,
         client: str | None,
         shard: str,
+        root: str | None = None,
         first: int,
         start: int,
         end: int,
@@ -70,7 +118,7 @@ class SegmentPart(InputPartition):
         missing_ok: bool = False,
     ) -> None:
         super().__init__(path)
-        self.path, self.client, self.shard = path, client, shard
+        self.path, self.client, self.shard, self.root = path, client, shard, root
         self.first, self.start, self.end = first, start, end
         self.lo, self.hi, self.types = lo, hi, types
         self.upto = hi if upto is None else min(hi, upto)
@@ -146,8 +194,8 @@ def plan_range(
             if first >= hi:
                 break
             upto = nxt_first if nxt_first is not None else seg_end  # a sealed piece holds everything up to here
-            parts.append(SegmentPart(path=seg.path, client=src.client, shard=src.shard, first=first, start=pos,
-                                     end=end, lo=lo, hi=hi, types=types, upto=upto,
+            parts.append(SegmentPart(path=seg.path, client=src.client, shard=src.shard, root=src.root,
+                                     first=first, start=pos, end=end, lo=lo, hi=hi, types=types, upto=upto,
                                      missing_ok=missing_ok))  # fmt: skip
     return parts
 
@@ -173,6 +221,7 @@ __all__ = [
     "JournalSource",
     "PackedPart",
     "SegmentPart",
+    "expand_paths",
     "find_sources",
     "pack",
     "plan_range",

@@ -34,7 +34,7 @@ from ..frames import (
 from ..fsutil import open_file
 from ..segment import MAX_READ
 from .plan import PackedPart, SegmentPart
-from .schema import ARROW_SCHEMA
+from .schema import ARROW_SCHEMA, ARROW_SCHEMA_WITH_ROOT
 
 READ_CHUNK = 8 << 20
 """Bytes read by one pread; each chunk's frames become one record batch."""
@@ -305,7 +305,7 @@ def _preadv_full(fd: int, view: memoryview, pos: int) -> int:
 
 
 def _batch(p: SegmentPart, cols: Columns, lo: int, hi: int) -> pa.RecordBatch:
-    """Rows [lo, hi) of `cols` of the partition's wanted types, as a record batch of ARROW_SCHEMA."""
+    """Rows [lo, hi) of `cols` of the partition's wanted types, as a record batch of ARROW_SCHEMA (with root)."""
     arrays = list(cols)
     if lo > 0 or hi < len(cols.offset):
         arrays = [a.slice(lo, hi - lo) for a in arrays]
@@ -316,7 +316,11 @@ def _batch(p: SegmentPart, cols: Columns, lo: int, hi: int) -> pa.RecordBatch:
     client = pa.nulls(n, _STRING) if p.client is None else pa.repeat(pa.scalar(p.client, _STRING), n)
     shard = pa.repeat(pa.scalar(p.shard, _STRING), n)
     offset, ns, typ, key, value = arrays
-    return pa.RecordBatch.from_arrays([client, shard, offset, micros(ns), typ, key, value], schema=ARROW_SCHEMA)
+    columns = [client, shard, offset, micros(ns), typ, key, value]
+    if p.root is None:
+        return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+    root = pa.repeat(pa.scalar(p.root, _STRING), n)
+    return pa.RecordBatch.from_arrays([*columns, root], schema=ARROW_SCHEMA_WITH_ROOT)
 
 
 __all__ = ["Columns", "decode_columns", "micros", "read_part", "read_partition"]

@@ -1,8 +1,8 @@
 """The columns of the `sej` format, listed once: the Spark schema and the Arrow schema both come from COLUMNS.
 
 client (null outside a hub root), shard, offset, timestamp (microseconds, UTC; null for
-"no timestamp"), type, key, value. The Arrow schema is what the decoder's record batches
-carry; Spark maps it onto the Spark schema, column by column.
+"no timestamp"), type, key, value; with option includeRoot=true, then root. The Arrow schema
+is what the decoder's record batches carry; Spark maps it onto the Spark schema, column by column.
 """
 
 from __future__ import annotations
@@ -47,7 +47,22 @@ SCHEMA = StructType([StructField(c.name, c.spark_type, c.nullable) for c in COLU
 ARROW_SCHEMA = pa.schema([pa.field(c.name, c.arrow_type, c.nullable) for c in COLUMNS])
 """The schema of the Arrow record batches the readers yield."""
 
+ROOT = Column("root", StringType(), pa.string(), False)
+"""The extra last column with option includeRoot=true: the loaded path (root) a journal was found under."""
+
+SCHEMA_WITH_ROOT = StructType([*SCHEMA.fields, StructField(ROOT.name, ROOT.spark_type, ROOT.nullable)])
+ARROW_SCHEMA_WITH_ROOT = ARROW_SCHEMA.append(pa.field(ROOT.name, ROOT.arrow_type, ROOT.nullable))
+
 SPARK_TYPES: dict[str, DataType] = {c.name: c.spark_type for c in COLUMNS}
 """Each column's Spark type, by name (the archive's Parquet schema takes its columns' types from here)."""
 
-__all__ = ["ARROW_SCHEMA", "COLUMNS", "SCHEMA", "SPARK_TYPES", "Column"]
+__all__ = [
+    "ARROW_SCHEMA",
+    "ARROW_SCHEMA_WITH_ROOT",
+    "COLUMNS",
+    "ROOT",
+    "SCHEMA",
+    "SCHEMA_WITH_ROOT",
+    "SPARK_TYPES",
+    "Column",
+]

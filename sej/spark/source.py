@@ -8,8 +8,8 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.types import StructType
 
 from .batch import SejBatchReader, SejFilteringReader
-from .options import BATCH_OPTIONS, STREAM_OPTIONS, bool_option, checked
-from .schema import SCHEMA
+from .options import BATCH_OPTIONS, STREAM_OPTIONS, bool_option, checked, lower_case
+from .schema import SCHEMA, SCHEMA_WITH_ROOT
 from .stream import SejStreamReader
 
 
@@ -21,7 +21,7 @@ class SejDataSource(DataSource):
         return "sej"
 
     def schema(self) -> StructType:
-        return SCHEMA
+        return SCHEMA_WITH_ROOT if bool_option(lower_case(self.options), "includeroot", False) else SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
         options = checked(self.options, BATCH_OPTIONS, "spark.read.format('sej')")

@@ -34,7 +34,7 @@ from .options import (
     millis_by_journal_option,
     millis_option,
     packing_options,
-    path_option,
+    paths_option,
     position_or_offsets_option,
     time_option,
     types_option,
@@ -67,7 +67,9 @@ class SejStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batches of new messages, per journal, under a limit of rows per trigger."""
 
     def __init__(self, options: Options) -> None:
-        self.path = path_option(options, "spark.readStream.format('sej').load(path)")
+        self.paths = paths_option(options, "spark.readStream.format('sej').load(path)")
+        self.path = ", ".join(self.paths)  # for messages
+        self.include_root = bool_option(options, "includeroot", False)
         name = options.get("queryname")
         self.reader_name = None if name is None else check_reader_name(f"spark-{name}")
         self.starting = position_or_offsets_option(options, "startingoffsets", "earliest")
@@ -83,7 +85,7 @@ class SejStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.target: Offsets | None = None  # the end fixed by prepareForTriggerAvailableNow
 
     def _sources(self) -> dict[str, JournalSource]:
-        return {s.name: s for s in find_sources(self.path)}
+        return {s.name: s for s in find_sources(self.paths, include_root=self.include_root)}
 
     def initialOffset(self) -> Offsets:
         out: Offsets = {}
