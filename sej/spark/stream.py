@@ -3,8 +3,13 @@
 An offset is a dict of journal name to the next offset to read. Journals that appear
 under the path later enter the offsets at their first offset in one micro-batch and
 are read from the next, so every micro-batch is fixed by its (start, end) pair and a
-replay after a failure reads exactly the same rows. `commit()` stores each journal's
-end as the reader offset `ofs/spark-<queryName>.ofs`, which retention respects.
+replay after a failure reads exactly the same rows.
+
+With the option queryName, each journal's reader offset `ofs/spark-<queryName>.ofs` (which
+retention respects) follows the query: `commit()` stores a batch's end when Spark commits it,
+and `latestOffset()` stores its `start`, the end of the last micro-batch whose sink write
+finished. Spark calls `commit()` only when it plans the next batch, so without the second an
+`availableNow` run that ends normally would leave the offsets a whole run behind.
 """
 
 from __future__ import annotations
@@ -83,6 +88,7 @@ class SejStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.types = types_option(options)
         self.max_bytes, self.open_cost, self.min_partitions = packing_options(options)
         self.target: Offsets | None = None  # the end fixed by prepareForTriggerAvailableNow
+        self.committed: Offsets = {}  # reader offsets this process stored (or found stored)
 
     def _sources(self) -> dict[str, JournalSource]:
         return {s.name: s for s in find_sources(self.paths, include_root=self.include_root)}
@@ -118,6 +124,10 @@ class SejStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
         sources = self._sources()
+        # Spark runs one micro-batch at a time, and asks for the next one's end only after the last
+        # one's sink write finished and went into the checkpoint's commit log (a batch that failed is
+        # run again from the offset log, without asking), so `start` is done: store it.
+        self._store(start, sources)
         now = self.target if self.target is not None else self._available(sources)
         end: Offsets = {}
         want: dict[str, int] = {}
@@ -183,18 +193,21 @@ class SejStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: Offsets) -> None:
         """Store each journal's end as `ofs/spark-<queryName>.ofs` (no-op without a queryName)."""
+        self._store(end, self._sources())
+
+    def _store(self, done: Offsets, sources: dict[str, JournalSource]) -> None:
+        """Store `done` as the reader offsets, writing only those that changed."""
         if self.reader_name is None:
             return
-        sources = self._sources()
-        for name, offset in end.items():
+        for name, offset in done.items():
             src = sources.get(name)
-            if src is None:
+            if src is None or self.committed.get(name) == offset:
                 continue
             path = reader_offset_path(src.path, self.reader_name)
-            if read_offset_file(path) == offset:
-                continue
-            os.makedirs(offset_dir(src.path), exist_ok=True)
-            write_offset_file(path, offset)
+            if read_offset_file(path) != offset:
+                os.makedirs(offset_dir(src.path), exist_ok=True)
+                write_offset_file(path, offset)
+            self.committed[name] = offset
 
 
 __all__ = ["SejStreamReader", "share_rows"]
