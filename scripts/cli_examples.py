@@ -111,6 +111,9 @@ def build(dir: str) -> None:
     with sej.ShardedWriter(shards, "ev", shard_bit=1) as sw:
         for i in range(8):
             sw.append(b"reading %d" % i, key=b"sensor-%d" % i, timestamp=T0 + i * 10**9)
+    for shard, at in (("ev.1.000", 2), ("ev.1.001", 1)):  # a Spark query named daily has read this far
+        with sej.Offset(os.path.join(shards, shard), "spark-daily") as o:
+            o.commit(at)
     damaged = os.path.join(dir, "damaged")
     shutil.copytree(events, damaged)
     segs = sej.list_segments(damaged)
@@ -226,6 +229,7 @@ def page(s: Session, dir: str) -> str:
     add(s.help("offset"))
     add(s.run("offset", "events"))
     add(s.run("offset", "shards"))
+    add(s.run("offset", "shards", "--reader", "spark-daily"))
 
     add("### `sej reset`\n\n")
     add(s.help("reset"))

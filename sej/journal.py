@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 
-from .errors import CorruptionError, InvalidArgumentError
+from .errors import CorruptionError, InvalidArgumentError, OffsetOutOfRangeError
 from .frames import HEADER, I32, NO_TIMESTAMP, OVERHEAD, Message, decode_batch
 from .fsutil import open_file
 from .index import Entry
-from .layout import Segment, index_path, journal_path, list_segments
+from .layout import Segment, find_segment, index_path, journal_path, list_segments
 from .segment import Walk, pread_full, read_messages, seek_entry, walk, walk_tail
 
 
@@ -27,6 +27,45 @@ def next_offset(dir: str | os.PathLike[str]) -> int:
     w = last_walk(path, segments[-1])
     # Past a frame damaged in place (whole frames follow it), the writer appends after those frames.
     return w.resume.next_offset if w.resume is not None else w.next_offset
+
+
+def bytes_from(dir: str | os.PathLike[str], offset: int) -> int:
+    """Bytes the journal holds from message `offset` on: a reader's lag in bytes.
+
+    Counted to the end of the last segment file (a torn tail included). `offset` past the
+    last segment's start and at or before its end is found through the sparse index.
+    """
+    path = journal_path(dir)
+    segments = list_segments(path)
+    i = find_segment(segments, offset)
+    if i < 0:
+        first = segments[0].first_offset if segments else 0
+        raise OffsetOutOfRangeError(offset, first, next_offset(path))
+    total = 0
+    for k in range(i, len(segments)):
+        with open_file(segments[k].path) as f:
+            fd = f.fileno()
+            size = os.fstat(fd).st_size
+            total += size
+            if k == i:
+                total -= _position(path, segments[i], fd, size, offset, i == len(segments) - 1)
+    return total
+
+
+def _position(dir: str, seg: Segment, fd: int, size: int, offset: int, is_last: bool) -> int:
+    """Where message `offset`'s frame starts in the segment (its end of valid frames when `offset` is next)."""
+    e = seek_entry(index_path(dir, seg.first_offset), seg, fd, size, is_last, lambda ix: ix.floor_offset(offset))
+    pos, at = e.position, e.offset
+    while at < offset:
+        msgs, used, problem = read_messages(fd, pos, at, size, limit=offset - at)
+        if not msgs:
+            if problem is None or (is_last and problem.incomplete):
+                break  # the end of the segment
+            raise CorruptionError(seg.path, problem.position, problem.reason)
+        pos, at = pos + used, at + len(msgs)
+    if at != offset:
+        raise OffsetOutOfRangeError(offset, seg.first_offset, at)
+    return pos
 
 
 def last_walk(dir: str, seg: Segment) -> Walk:

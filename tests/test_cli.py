@@ -26,6 +26,7 @@ import sej
 import sej.apps.cli.segments  # the `sej` group imports a command's module when the command runs
 from sej.apps.cli import progress as progress_mod
 from sej.apps.cli.main import cli
+from sej.frames import OVERHEAD
 from sej.layout import index_path, segment_path
 from sej.shard import format_shard
 from sej.timestamps import TimeError, format_time, parse_time
@@ -438,13 +439,53 @@ def test_tail_follow_stops_on_sigint_whichever_thread_the_kernel_hands_it_to(jnl
 # -- offset and reset ---------------------------------------------------------------------------
 
 
+def frame_bytes(path: str, start: int) -> int:
+    """Bytes of the frames of messages `start` on, from what the Scanner reads."""
+    with sej.Scanner(path, start, timeout=0) as s:
+        return sum(OVERHEAD + len(m.key) + len(m.value) for m in s)
+
+
 def test_offset_shows_first_next_and_reader_lag(jnl: str) -> None:
     text = run("offset", jnl).stdout.splitlines()
-    assert text[0].split() == ["FIRST", "NEXT", "READER", "COMMITTED", "LAG"]
-    assert text[1].split() == ["0", "12", "billing", "5", "7"]
+    assert text[0].split() == ["FIRST", "NEXT", "READER", "COMMITTED", "LAG", "LAG", "BYTES"]
+    assert text[1].split() == ["0", "12", "billing", "5", "7", str(frame_bytes(jnl, 5))]
     doc = json.loads(run("offset", jnl, "--json").stdout)
     assert doc["first_offset"] == 0 and doc["next_offset"] == 12
-    assert doc["readers"] == [{"name": "billing", "committed": 5, "lag": 7}]
+    assert doc["readers"] == [{"name": "billing", "committed": 5, "lag": 7, "lag_bytes": frame_bytes(jnl, 5)}]
+
+
+def test_offset_of_one_reader_sums_its_lag_over_a_root(tmp_path: Path) -> None:
+    """What a Spark query's progress would show (offsets behind latest), from its reader offsets."""
+    root = str(tmp_path / "root")
+    with sej.ShardedWriter(root, "ev", shard_bit=2, segment_size=300) as w:  # several segments per journal
+        for i in range(200):
+            w.append(b"v" * (i % 13), key=b"k%d" % i)
+    names = sorted(os.listdir(root))
+    committed = {names[0]: 0, names[1]: 7, names[2]: 20}  # names[3]: never committed
+    for name, at in committed.items():
+        with sej.Offset(os.path.join(root, name), "spark-q") as o:
+            o.commit(at)
+    with sej.Offset(os.path.join(root, names[3]), "other") as o:
+        o.commit(1)
+    lags = {n: (sej.next_offset(os.path.join(root, n)) - at, frame_bytes(os.path.join(root, n), at))
+            for n, at in committed.items()}  # fmt: skip
+    doc = json.loads(run("offset", root, "--reader", "spark-q", "--json").stdout)
+    by = {j["journal"]: j["readers"] for j in doc["journals"]}
+    assert by[names[3]] == []  # only the reader asked for
+    for n, (m, b) in lags.items():
+        assert by[n] == [{"name": "spark-q", "committed": committed[n], "lag": m, "lag_bytes": b}]
+    ms, bs = [m for m, _ in lags.values()], [b for _, b in lags.values()]
+    assert doc["summary"] == {
+        "reader": "spark-q",
+        "journals": 4,
+        "committed_journals": 3,
+        "lag": {"min": min(ms), "avg": sum(ms) / 3, "max": max(ms)},
+        "lag_bytes": {"min": min(bs), "avg": sum(bs) / 3, "max": max(bs)},
+    }
+    last = run("offset", root, "--reader", "spark-q").stdout.splitlines()[-1]
+    assert last == (f"reader spark-q: committed in 3 of 4 journals; lag min/avg/max {min(ms)}/{sum(ms) / 3:.1f}/"
+                    f"{max(ms)} messages, {min(bs)}/{sum(bs) / 3:.0f}/{max(bs)} bytes")  # fmt: skip
+    assert "--reader" in one_error_line(run("offset", root, "--reader", "../x", code=2))
 
 
 def test_offset_of_a_root_and_a_corrupt_offset_file(root: tuple[str, dict[str, list[int]]]) -> None:
@@ -454,10 +495,21 @@ def test_offset_of_a_root_and_a_corrupt_offset_file(root: tuple[str, dict[str, l
         o.commit(1)
     doc = json.loads(run("offset", path, "--json").stdout)
     by = {j["journal"]: j for j in doc["journals"]}
-    assert by[names[0]]["readers"] == [{"name": "audit", "committed": 1, "lag": len(where[names[0]]) - 1}]
+    lag_bytes = frame_bytes(os.path.join(path, names[0]), 1)
+    assert by[names[0]]["readers"] == [
+        {"name": "audit", "committed": 1, "lag": len(where[names[0]]) - 1, "lag_bytes": lag_bytes}
+    ]
     assert by[names[1]]["readers"] == [] and by[names[1]]["next_offset"] == len(where[names[1]])
     rows = [line.split() for line in run("offset", path).stdout.splitlines()]
-    assert rows[1] == [names[0], "0", str(len(where[names[0]])), "audit", "1", str(len(where[names[0]]) - 1)]
+    assert rows[1] == [
+        names[0],
+        "0",
+        str(len(where[names[0]])),
+        "audit",
+        "1",
+        str(len(where[names[0]]) - 1),
+        str(lag_bytes),
+    ]
     Path(path, names[0], "ofs", "audit.ofs").write_bytes(b"\x01\x02\x03")
     r = run("offset", path, code=1)
     assert "audit.ofs" in one_error_line(r) and "not 8" in r.stderr
@@ -872,7 +924,7 @@ def test_subprocess_every_command(tmp_path: Path) -> None:
     assert sub("scan", path, "--count").stdout == "10\n"
     assert sub("count", d, "--type", "2").stdout == "4\n"
     assert [m["offset"] for m in jsonl(sub("tail", d, "-n", "3").stdout)] == [9, 10, 11]
-    assert sub("offset", d).stdout.splitlines()[1].split() == ["0", "12", "billing", "5", "7"]
+    assert sub("offset", d).stdout.splitlines()[1].split() == ["0", "12", "billing", "5", "7", str(frame_bytes(d, 5))]
     assert json.loads(sub("offset", path, "--json").stdout)["journals"][0]["journal"] == sorted(where)[0]
     assert "dry run" in sub("reset", d, "--reader", "billing", "--offset", "0").stdout
     assert "no segment" in sub("old", d, "--days", "1").stdout

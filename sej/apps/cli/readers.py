@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from ...errors import InvalidArgumentError, LockedError, SejError
-from ...journal import first_offset, next_offset, offset_at_time
+from ...journal import bytes_from, first_offset, next_offset, offset_at_time
 from ...layout import check_reader_name, reader_offset_path
 from ...offset import Offset, read_offset_file
 from ...timestamps import format_time
@@ -21,17 +21,28 @@ from .timeparse import TIME
 
 @click.command("offset", short_help="First and next offset, readers' committed offsets and lag.")
 @click.argument("dir", type=click.Path(path_type=str))
+@click.option("--reader", "only", metavar="NAME", help="Only this reader, with its lag summed up over the journals.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-def offset_cmd(dir: str, as_json: bool) -> int:
+def offset_cmd(dir: str, only: str | None, as_json: bool) -> int:
     """First and next offset of DIR, and each reader's committed offset and lag.
 
     The lag is next - committed: how many messages the reader has still to
-    read. A reader without a committed value starts at the first offset.
+    read; LAG BYTES is how many bytes of segments they take. A reader without
+    a committed value shows none. With --reader on a root of several
+    journals, a last line gives the reader's lag over them: min, average and
+    max, in messages and in bytes (what a Spark query's progress would show as
+    offsets behind latest; its reader is spark-<queryName>).
     """
+    if only is not None:
+        try:
+            check_reader_name(only)
+        except InvalidArgumentError as e:
+            raise usage(f"--reader: {e}") from None
     journals = journals_at(dir)
     several = len(journals) > 1
     docs: list[dict[str, Any]] = []
     rows: list[list[object]] = []
+    lags: list[tuple[int, int]] = []  # --reader: (messages, bytes) of each journal where it committed
     failed = 0
     for j in journals:
         try:
@@ -43,25 +54,64 @@ def offset_cmd(dir: str, as_json: bool) -> int:
         doc: dict[str, Any] = {"journal": j.name, "path": j.path, "first_offset": first, "next_offset": nxt}
         doc["readers"] = []
         lead = [j.name] if several else []
-        found = readers(j.path)
+        found = [r for r in readers(j.path) if only is None or r.name == only]
         for r in found:
-            if r.error is not None:
-                click.echo(f"sej: error: reader {r.name}: {r.error}", err=True)
+            error: SejError | None = r.error
+            lag = lag_bytes = None
+            if r.committed is not None:
+                lag = nxt - r.committed
+                try:
+                    lag_bytes = bytes_from(j.path, r.committed)
+                except SejError as e:  # e.g. committed before the first retained offset
+                    error = e
+            if error is not None:
+                click.echo(f"sej: error: {j.path}: reader {r.name}: {error}", err=True)
                 failed += 1
-            lag = None if r.committed is None else nxt - r.committed
-            doc["readers"].append({"name": r.name, "committed": r.committed, "lag": lag,
-                                   **({"error": str(r.error)} if r.error else {})})  # fmt: skip
+            if lag is not None and lag_bytes is not None:
+                lags.append((lag, lag_bytes))
+            doc["readers"].append({"name": r.name, "committed": r.committed, "lag": lag, "lag_bytes": lag_bytes,
+                                   **({"error": str(error)} if error else {})})  # fmt: skip
             committed: object = r.committed if r.committed is not None else ("corrupt" if r.error else "none")
-            rows.append([*lead, first, nxt, r.name, committed, lag])
+            rows.append([*lead, first, nxt, r.name, committed, lag, lag_bytes])
         if not found:
-            rows.append([*lead, first, nxt, None, None, None])
+            rows.append([*lead, first, nxt, only, "none" if only else None, None, None])
         docs.append(doc)
+    summary = _lag_summary(only, len(journals), lags) if only is not None and several else None
     if as_json:
-        click.echo(json.dumps({"journals": docs} if several else docs[0] if docs else {}))
+        out: dict[str, Any] = {"journals": docs} if several else docs[0] if docs else {}
+        if summary is not None:
+            out["summary"] = summary
+        click.echo(json.dumps(out))
     else:
-        headers = ["FIRST", "NEXT", "READER", "COMMITTED", "LAG"]
+        headers = ["FIRST", "NEXT", "READER", "COMMITTED", "LAG", "LAG BYTES"]
         click.echo(table(["JOURNAL", *headers] if several else headers, rows))
+        if summary is not None:
+            m, b = summary["lag"], summary["lag_bytes"]
+            click.echo(
+                f"reader {only}: committed in {summary['committed_journals']} of {summary['journals']} journals; "
+                + (
+                    f"lag min/avg/max {m['min']}/{m['avg']:.1f}/{m['max']} messages, "
+                    f"{b['min']}/{b['avg']:.0f}/{b['max']} bytes"
+                    if m
+                    else "no lag to sum up"
+                )  # fmt: skip
+            )
     return 1 if failed else 0
+
+
+def _lag_summary(reader: str, journals: int, lags: list[tuple[int, int]]) -> dict[str, Any]:
+    """A reader's lag over the journals where it committed: min, avg and max, in messages and bytes."""
+
+    def stats(values: list[int]) -> dict[str, float] | None:
+        return {"min": min(values), "avg": sum(values) / len(values), "max": max(values)} if values else None
+
+    return {
+        "reader": reader,
+        "journals": journals,
+        "committed_journals": len(lags),
+        "lag": stats([m for m, _ in lags]),
+        "lag_bytes": stats([b for _, b in lags]),
+    }
 
 
 @click.command(short_help="Set a reader's committed offset (with --yes).")
