@@ -103,13 +103,25 @@ def test_batch_reads_every_offset_once(shapes: list[tuple[int, int]], p: tuple[i
 
 
 @settings(max_examples=25, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
-@given(journal_shapes, packing, st.integers(0, 40))
+@given(journal_shapes, packing, st.integers(0, 40), st.data())
 def test_stream_micro_batches_read_every_offset_once(shapes: list[tuple[int, int]], p: tuple[int, int, int],
-                                                     extra: int) -> None:  # fmt: skip
+                                                     extra: int, data) -> None:  # type: ignore[no-untyped-def]  # fmt: skip
     root = tempfile.mkdtemp()
     try:
         msgs = hub_root(root, shapes)
-        reader = SejStreamReader({"path": root, "maxrecordspertrigger": "17", **packing_options(p)})
+        options = {"path": root, "maxrecordspertrigger": "17", **packing_options(p)}
+        types = data.draw(st.sampled_from([None, "0", "1,2"]))
+        if types is not None:
+            options["type"] = types
+        start_at = {}  # where each journal there at the start is read from
+        bound = data.draw(st.sampled_from([None, "time", "offsets"]))
+        if bound == "time":  # timestamps grow by 1000 ns per message: offset 5 on
+            options["starttime"] = str(TS + 5000)
+            start_at = {name: min(5, len(ms)) for name, ms in msgs.items()}
+        elif bound == "offsets":
+            start_at = {name: data.draw(st.integers(0, len(ms))) for name, ms in msgs.items()}
+            options["startingoffsets"] = json.dumps(start_at)
+        reader = SejStreamReader(options)
         start = reader.initialOffset()
         got = []
         for step in range(200):
@@ -117,15 +129,19 @@ def test_stream_micro_batches_read_every_offset_once(shapes: list[tuple[int, int
                 later = hub_root(os.path.join(root, "later"), [(extra, 300)])
                 for name, ms in later.items():
                     os.rename(os.path.join(root, "later", name), os.path.join(root, "z" + name))
-                    msgs["z" + name] = ms
+                    msgs["z" + name] = ms  # read from its first offset, whatever the start options
                 os.rmdir(os.path.join(root, "later"))
             end = reader.latestOffset(start, reader.getDefaultReadLimit())
             got += rows_of(list(reader.partitions(start, end)))
             if end == start and step > 2:
                 break
             start = end
+        keep = None if types is None else {int(t) for t in types.split(",")}
         want = [
-            (n.split(".", 1)[0], n.split(".", 1)[1], m.offset, m.type, m.value) for n, ms in msgs.items() for m in ms
+            (n.split(".", 1)[0], n.split(".", 1)[1], m.offset, m.type, m.value)
+            for n, ms in msgs.items()
+            for m in ms
+            if m.offset >= start_at.get(n, 0) and (keep is None or m.type in keep)
         ]
         assert Counter(got) == Counter(want) and len(got) == len(set(got))
     finally:
