@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import re
@@ -565,3 +566,41 @@ def test_sej_copy_refuses_a_fifo_or_symlink_at_the_hub_offset_instead_of_hanging
     r = sej_cmd("copy", src, hub, timeout=60)
     assert r.returncode == 1 and f"{bad} is a {what}" in r.stderr, r.stderr
     assert_prefix(src, hub, client="local")
+
+
+def test_directories_that_are_not_journals_are_reported_and_sej_copy_fails_when_it_finds_none(tmp_path) -> None:
+    """A root whose directories are not shard names was skipped silently: `sej copy` exited 0 having copied nothing."""
+    src, hub = tmp_path / "src", str(tmp_path / "hub")
+    with sej.Writer(str(src / "ev.10.000"), segment_size=500) as w:  # bit 16 written in decimal: not a shard name
+        w.append(b"x")
+    os.makedirs(src / "tmp")  # a valid name, but no jnl/
+    os.makedirs(src / "ev.1.001")  # a shard being made: no jnl/ yet, not worth a word
+    (src / "notes.txt").write_text("a file is not a journal")
+    cmd = [sys.executable, "-m", "sej.apps.cli", "copy", str(src), hub, "--client-id", "h1"]
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=scaled(60))
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    lines = r.stderr.splitlines()
+    assert f"sej: warning: {src}: skipping 'ev.10.000': not a journal name: 'ev.10.000' is not a shard name" in lines[0]
+    assert lines[1] == f"sej: warning: {src}: skipping 'tmp': not a journal (no jnl/ directory) and not a shard name"
+    assert lines[2].startswith(f"sej: error: {src}: found no journal to copy (skipped 'ev.10.000': not a journal name")
+    assert len(lines) == 3 and r.stdout == ""
+    produce(str(src), 50)  # now journals too: exit 0, the others still reported
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=scaled(60))
+    assert r.returncode == 0, r.stderr
+    assert len(r.stdout.splitlines()) == 4 and r.stderr.count("sej: warning:") == 2
+    assert sorted(os.listdir(hub)) == [f"h1.p.2.00{i}" for i in range(4)]
+
+
+def test_copy_all_warns_of_each_directory_that_is_not_a_journal(tmp_path, caplog) -> None:
+    src, hub = tmp_path / "src", str(tmp_path / "hub")
+    produce(str(src), 20)
+    os.makedirs(src / "ev.10.000" / "jnl")
+    os.symlink(src / "p.2.000", src / "q.1.000")
+    with caplog.at_level(logging.WARNING, logger="sej.hub"):
+        out = copy_all(lambda: LocalSource(str(src)), hub, "c1", "hub")
+    assert sorted(o.journal for o in out) == [f"p.2.00{i}" for i in range(4)]
+    warned = sorted(r.getMessage() for r in caplog.records)
+    assert len(warned) == 2
+    assert warned[0].startswith(f"{src}/: skipping 'ev.10.000': not a journal name")
+    assert warned[1] == f"{src}/: skipping 'q.1.000': a symlink, not a journal directory"

@@ -8,6 +8,7 @@ script run as real subprocesses; the SSH tests talk to a real OpenSSH sshd on 12
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import signal
@@ -376,6 +377,24 @@ def test_new_shards_and_messages_are_found_on_the_next_pass(tmp_path: Path) -> N
     assert len(journals(src)) == 7
     assert journals(hub_root) == [f"c.{j}" for j in journals(src)]
     assert_identical(src, hub_root, "c")
+
+
+def test_a_directory_that_is_not_a_journal_is_warned_of_once(tmp_path: Path, src: Path, caplog) -> None:  # type: ignore[no-untyped-def]
+    with sej.Writer(str(src / "ev.10.000"), segment_size=300) as w:  # the bit in decimal: not a shard name
+        w.append(b"never copied")
+    empty = tmp_path / "empty"
+    os.makedirs(empty / "lost+found")
+    config = local_config(tmp_path, {"edge-1": src, "edge-2": empty})
+    with caplog.at_level(logging.WARNING, logger="sej.hub"), Hub(config) as hub:
+        for _ in range(3):
+            one, two = hub.run_once()
+            assert one.ok and two.ok and two.outcomes == []
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 3, warned  # once each, not once per pass
+    assert warned[0].startswith(f"client edge-1: skipping 'ev.10.000' under {src}: not a journal name: 'ev.10.000'")
+    assert warned[1].startswith(f"client edge-2: skipping 'lost+found' under {empty}: not a journal name")
+    assert warned[2] == f"client edge-2: no journal found at {empty}"
+    assert not any(p.name.endswith("ev.10.000") for p in Path(config.hub_root).iterdir())
 
 
 def test_a_failing_client_does_not_stop_the_others(tmp_path: Path, src: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import signal
@@ -227,15 +228,21 @@ def test_sej_copy_command_over_ssh(sshd, tmp_path) -> None:
     assert sej_copy("ssh://nohost", hub).returncode == 2  # not an ssh:// location with a path
 
 
-def test_remote_names_that_are_not_journals_are_skipped(sshd, tmp_path) -> None:
+def test_remote_names_that_are_not_journals_are_skipped(sshd, tmp_path, caplog) -> None:
     src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
     produce(src, 100)
-    for name in ("evil dir", ".hidden", "p.3.00z", "x..1.000"):
+    bad = ("evil dir", ".hidden", "p.3.00z", "x..1.000")
+    for name in bad:
         os.makedirs(os.path.join(src, name, "jnl"))
         with open(os.path.join(src, name, "jnl", "0000000000000000.jnl"), "wb") as f:
             f.write(b"not copied")
     os.symlink("/etc", os.path.join(src, "p.2.001", "jnl", "0000000000000fff.jnl.cut-0-0"))
-    out = copy_over_ssh(sshd, src, hub)
+    with caplog.at_level(logging.WARNING, logger="sej.hub"):
+        out = copy_over_ssh(sshd, src, hub)
+    warned = sorted(r.getMessage() for r in caplog.records if "skipping" in r.getMessage())
+    assert len(warned) == len(bad)  # each named, with why
+    for name, line in zip(sorted(bad), warned, strict=True):
+        assert f"{src}/: skipping {name!r}: not a journal name: {name!r} is not a shard name" in line
     assert sorted(o.journal for o in out) == [f"p.2.00{i}" for i in range(4)]
     assert sorted(os.listdir(hub)) == [f"c1.p.2.00{i}" for i in range(4)]
     assert_identical(src, hub)

@@ -361,15 +361,23 @@ def copy_all(
     workers: int = 4,
     stop: threading.Event | None = None,
     on_bytes: Callable[[int], None] | None = None,
+    on_skip: Callable[[str, str], None] | None = None,
 ) -> list[JournalOutcome]:
     """Copy every journal of a source, several at once; one journal's error does not stop the others.
 
     `make_source` gives each worker its own source (an SFTP channel each, over one connection).
+    `on_skip(name, why)` hears of each directory under the source's root that is not a journal
+    (default: a warning in the log); nothing is skipped silently.
     """
     os.makedirs(dest_root, exist_ok=True)
     lister = make_source()
     try:
         journals = lister.journals()
+        for name, why in sorted(lister.skipped().items()):
+            if on_skip is not None:
+                on_skip(name, why)
+            else:
+                log.warning("%s: skipping %r: %s", lister.describe(""), name, why)
     finally:
         lister.close()
     local = threading.local()

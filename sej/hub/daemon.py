@@ -158,6 +158,9 @@ class _Watched:
         with self.client.call():
             return self.src.journals()
 
+    def skipped(self) -> dict[str, str]:
+        return self.src.skipped()
+
     def segments(self, journal: str) -> list[SourceSegment]:
         with self.client.call():
             return self.src.segments(journal)
@@ -192,6 +195,7 @@ class _Client:
         self.label = cfg.describe()
         self.failures = 0  # failed passes in a row
         self.connects = 0  # SSH connections made (for tests and logs)
+        self.skips_told: set[str] = set()  # directories under the client's root already reported as not journals
         self._calls: dict[int, float] = {}  # calls to the producer under way: token -> when they started
         self._calls_lock = threading.Lock()
         self._tokens = itertools.count()
@@ -311,6 +315,12 @@ class _Client:
 
         return make
 
+    def _tell_skip(self, name: str, why: str) -> None:
+        """Warn once per directory of the client's root that is not a journal (every pass lists them)."""
+        if name not in self.skips_told:
+            self.skips_told.add(name)
+            log.warning("client %s: skipping %r under %s: %s", self.cfg.client_id, name, self.label, why)
+
     def run_pass(self, stop: threading.Event, level: int = logging.INFO) -> ClientReport:
         """One pass: connect if needed, copy every journal the client has. Never raises an Exception.
 
@@ -321,7 +331,11 @@ class _Client:
         started = time.monotonic()
         try:
             make_source = self._sources()
-            report.outcomes = copy_all(make_source, self.hub.hub_root, cid, self.hub.hub_name, self.hub.workers, stop)
+            report.outcomes = copy_all(make_source, self.hub.hub_root, cid, self.hub.hub_name, self.hub.workers, stop,
+                                       on_skip=self._tell_skip)  # fmt: skip
+            if not report.outcomes and "" not in self.skips_told:
+                self.skips_told.add("")
+                log.warning("client %s: no journal found at %s", cid, self.label)
         except Exception as e:
             report.error = e
             expected = isinstance(e, (SejError, *transport_errors()))

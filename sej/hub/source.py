@@ -18,6 +18,7 @@ from ..errors import CorruptionError, InvalidArgumentError, SejError, UnsafeFile
 from ..fsutil import kind, open_dir, open_regular, temp_name
 from ..layout import OFFSET_DIR, SEGMENT_DIR, offset_file_name, parse_segment_name, segment_name
 from ..offset import encode_offset, parse_offset, read_offset_at, remove_stale_temps, write_offset_at
+from ..shard.name import parse_shard
 from .names import check_journal_name, check_segment_name
 
 if TYPE_CHECKING:
@@ -59,6 +60,8 @@ class Source(Protocol):
 
     def journals(self) -> list[str]: ...
 
+    def skipped(self) -> dict[str, str]: ...
+
     def segments(self, journal: str) -> list[SourceSegment]: ...
 
     def read(self, journal: str, name: str, pos: int, size: int) -> bytes: ...
@@ -70,6 +73,30 @@ class Source(Protocol):
     def describe(self, journal: str, name: str = "") -> str: ...
 
     def close(self) -> None: ...
+
+
+def _sort_out(name: str, mode: int, jnl: Callable[[str], int | None]) -> tuple[str | None, str | None]:
+    """(journal name, None) for a journal directory under a root; (None, why) for a directory that is
+    not one and should be said so; (None, None) for what is quietly not a journal.
+
+    `mode` is the entry's lstat mode; `jnl(name)` the lstat mode of its jnl/ (None when missing).
+    Files are not journals, quietly. A shard-named directory without jnl/ is a shard being made.
+    """
+    if not stat.S_ISDIR(mode):
+        return None, "a symlink, not a journal directory" if stat.S_ISLNK(mode) else None
+    try:
+        check_journal_name(name)
+    except InvalidArgumentError as e:
+        return None, f"not a journal name: {e}"
+    try:
+        mode = jnl(name)  # type: ignore[assignment]
+    except OSError as e:  # e.g. no permission (SFTP: a transport failure raises SourceError instead)
+        return None, f"its jnl cannot be read: {e.strerror or e}"
+    if mode is None:
+        return None, None if parse_shard(name).bit else "not a journal (no jnl/ directory) and not a shard name"
+    if not stat.S_ISDIR(mode):
+        return None, f"its jnl is a {kind(mode)}, not a directory"
+    return name, None
 
 
 def _valid_segments(entries: list[tuple[str, int]], where: str) -> list[SourceSegment]:
@@ -100,34 +127,35 @@ class LocalSource:
         is_journal = os.path.lexists(os.path.join(root, SEGMENT_DIR))
         self.root = os.path.dirname(root) if is_journal else root
         self._only: list[str] | None = [check_journal_name(os.path.basename(root))] if is_journal else None
+        self._skipped: dict[str, str] = {}
 
     def journals(self) -> list[str]:
+        self._skipped = {}
         if self._only is not None:
             return list(self._only)
         names = []
         with os.scandir(self.root) as entries:
             for e in entries:
                 try:
-                    name = check_journal_name(e.name)
-                except InvalidArgumentError:
-                    log.debug("%s: skipping %r: not a journal name", self.root, e.name)
-                    continue
-                if not e.is_dir(follow_symlinks=False):
-                    if e.is_symlink():
-                        log.warning("%s: skipping %s: a symlink, not a journal directory", self.root, name)
-                    continue
-                try:
-                    jnl = os.stat(os.path.join(e.path, SEGMENT_DIR), follow_symlinks=False).st_mode
+                    mode = e.stat(follow_symlinks=False).st_mode
                 except FileNotFoundError:
                     continue
-                except OSError as err:
-                    log.warning("%s: skipping %s: %s", self.root, name, err.strerror or err)
-                    continue
-                if stat.S_ISDIR(jnl):
+                name, why = _sort_out(e.name, mode, lambda n: self._jnl_mode(os.path.join(self.root, n)))
+                if name is not None:
                     names.append(name)
-                else:
-                    log.warning("%s: skipping %s: its jnl is a %s, not a directory", self.root, name, kind(jnl))
+                elif why is not None:
+                    self._skipped[e.name] = why
         return sorted(names)
+
+    def _jnl_mode(self, path: str) -> int | None:
+        try:
+            return os.stat(os.path.join(path, SEGMENT_DIR), follow_symlinks=False).st_mode
+        except FileNotFoundError:
+            return None
+
+    def skipped(self) -> dict[str, str]:
+        """Directories the last `journals()` found under the root that are not journals, and why."""
+        return dict(self._skipped)
 
     @contextmanager
     def _dir(self, journal: str, sub: str | None = None) -> Iterator[int]:
@@ -243,8 +271,10 @@ class SftpSource:
             raise SourceError(f"{label}:{root}: {e}") from None
         self.root = posixpath.dirname(root) if is_journal else root
         self._only: list[str] | None = [check_journal_name(posixpath.basename(root))] if is_journal else None
+        self._skipped: dict[str, str] = {}
 
     def journals(self) -> list[str]:
+        self._skipped = {}
         if self._only is not None:
             return list(self._only)
         try:
@@ -253,28 +283,24 @@ class SftpSource:
             raise SourceError(f"{self.label}:{self.root}: {e}") from None
         names = []
         for entry in entries:
-            mode = entry.st_mode or 0
-            if not stat.S_ISDIR(mode):
-                if stat.S_ISLNK(mode):
-                    log.warning("%s:%s: skipping %s: a symlink, not a journal directory", self.label, self.root,
-                                entry.filename)  # fmt: skip
-                continue
-            try:
-                name = check_journal_name(entry.filename)
-            except InvalidArgumentError:
-                continue
-            try:
-                jnl = self.sftp.lstat(posixpath.join(self.root, name, SEGMENT_DIR)).st_mode or 0
-            except FileNotFoundError:
-                continue
-            except self._errors as e:
-                raise SourceError(f"{self.label}:{self.root}/{name}: {e}") from None
-            if stat.S_ISDIR(jnl):
+            name, why = _sort_out(entry.filename, entry.st_mode or 0, self._jnl_mode)
+            if name is not None:
                 names.append(name)
-            else:
-                log.warning("%s:%s: skipping %s: its jnl is a %s, not a directory", self.label, self.root, name,
-                            kind(jnl))  # fmt: skip
+            elif why is not None:
+                self._skipped[entry.filename] = why
         return sorted(names)
+
+    def _jnl_mode(self, name: str) -> int | None:
+        try:
+            return self.sftp.lstat(posixpath.join(self.root, name, SEGMENT_DIR)).st_mode or 0
+        except FileNotFoundError:
+            return None
+        except self._errors as e:
+            raise SourceError(f"{self.label}:{self.root}/{name}: {e}") from None
+
+    def skipped(self) -> dict[str, str]:
+        """Directories the last `journals()` found under the root that are not journals, and why."""
+        return dict(self._skipped)
 
     def _check_dirs(self, journal: str, sub: str | None = None) -> str:
         """The path of the journal's directory (or its `sub` directory) after lstat'ing it: no symlink.

@@ -62,9 +62,17 @@ def copy_cmd(
         ):
             raise usage(f"{src} is neither a journal nor a root of journals")
     cid = client_id or default_client_id(origin.host)
+    skipped: list[str] = []
+
+    def on_skip(name: str, why: str) -> None:
+        skipped.append(f"{name!r}: {why}")
+        click.echo(f"sej: warning: {src}: skipping {name!r}: {why}", err=True)
+
     with open_sources(origin) as sources:
         os.makedirs(dst, exist_ok=True)
-        outcomes = _run(sources, dst, cid, reader_name, workers, threading.Event())
+        outcomes = _run(sources, dst, cid, reader_name, workers, threading.Event(), on_skip)
+    if not outcomes:
+        raise Failure(f"{src}: found no journal to copy" + (f" (skipped {'; '.join(skipped)})" if skipped else ""))
     failed = 0
     for o in outcomes:
         if o.result is not None:
@@ -80,10 +88,16 @@ def copy_cmd(
 
 
 def _run(
-    make_source: Callable[[], Source], dst: str, cid: str, reader_name: str, workers: int, stop: threading.Event
+    make_source: Callable[[], Source],
+    dst: str,
+    cid: str,
+    reader_name: str,
+    workers: int,
+    stop: threading.Event,
+    on_skip: Callable[[str, str], None],
 ) -> list[JournalOutcome]:
     if not enabled():
-        return copy_all(make_source, dst, cid, reader_name, workers, stop)
+        return copy_all(make_source, dst, cid, reader_name, workers, stop, on_skip=on_skip)
     with click.progressbar(length=0, label="copying", file=click.get_text_stream("stderr"), show_pos=True) as bar:
         lock = threading.Lock()
 
@@ -92,4 +106,4 @@ def _run(
                 bar.length = (bar.length or 0) + n
                 bar.update(n)
 
-        return copy_all(make_source, dst, cid, reader_name, workers, stop, on_bytes)
+        return copy_all(make_source, dst, cid, reader_name, workers, stop, on_bytes, on_skip)
