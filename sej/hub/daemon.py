@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import IO
+from typing import IO, Any
 
 from ..errors import SejError
 from ..layout import HUB_LOCK
@@ -41,7 +41,7 @@ from ..lock import lock_file
 from .config import ClientConfig, HubConfig
 from .copy import JournalOutcome, copy_all
 from .location import Sources, open_sources, transport_errors
-from .source import CONNECT_TIMEOUT, IO_TIMEOUT, Source, SourceSegment
+from .source import CONNECT_TIMEOUT, IO_TIMEOUT, Call, Source, SourceSegment
 
 log = logging.getLogger("sej.hub")
 
@@ -165,9 +165,17 @@ class _Watched:
         with self.client.call():
             return self.src.segments(journal)
 
+    def size(self, journal: str, name: str) -> int | None:
+        with self.client.call():
+            return self.src.size(journal, name)
+
     def read(self, journal: str, name: str, pos: int, size: int) -> bytes:
         with self.client.call():
             return self.src.read(journal, name, pos, size)
+
+    def many(self, calls: list[Call]) -> list[Any]:
+        with self.client.call():
+            return self.src.many(calls)
 
     def read_offset(self, journal: str, reader: str) -> int | None:
         with self.client.call():

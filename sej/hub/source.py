@@ -6,13 +6,14 @@ journal. Every name read from it is validated (sej.hub.names) before use.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import posixpath
 import stat
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 from ..errors import CorruptionError, InvalidArgumentError, SejError, UnsafeFileError
 from ..fsutil import kind, open_dir, open_regular, temp_name
@@ -20,6 +21,7 @@ from ..layout import OFFSET_DIR, SEGMENT_DIR, offset_file_name, parse_segment_na
 from ..offset import encode_offset, parse_offset, read_offset_at, remove_stale_temps, write_offset_at
 from ..shard.name import parse_shard
 from .names import check_journal_name, check_segment_name
+from .pipeline import Op, expect, expect_ok
 
 if TYPE_CHECKING:
     import paramiko  # SftpSource is given a paramiko SFTPClient: paramiko is imported where it is made (sej.hub.ssh)
@@ -51,6 +53,12 @@ class SourceSegment(NamedTuple):
     size: int
 
 
+T = TypeVar("T")
+
+Call = tuple[Any, ...]
+"""A call for `Source.many`: the method's name and its arguments, e.g. ("size", journal, name)."""
+
+
 class SourceError(SejError):
     """The source could not be read (a missing journal, a transport failure)."""
 
@@ -64,6 +72,10 @@ class Source(Protocol):
 
     def segments(self, journal: str) -> list[SourceSegment]: ...
 
+    def size(self, journal: str, name: str) -> int | None:
+        """The size of a segment file; None when it does not exist."""
+        ...
+
     def read(self, journal: str, name: str, pos: int, size: int) -> bytes: ...
 
     def read_offset(self, journal: str, reader: str) -> int | None: ...
@@ -73,6 +85,11 @@ class Source(Protocol):
     def describe(self, journal: str, name: str = "") -> str: ...
 
     def close(self) -> None: ...
+
+    def many(self, calls: list[Call]) -> list[Any]:
+        """Several of the calls above at once (over SFTP, with their requests in flight together):
+        each one's result, or the SejError or OSError it raised."""
+        ...
 
 
 def _sort_out(name: str, mode: int, jnl: Callable[[str], int | None]) -> tuple[str | None, str | None]:
@@ -213,6 +230,26 @@ class LocalSource:
         finally:
             os.close(fd)
 
+    def size(self, journal: str, name: str) -> int | None:
+        seg = segment_name(check_segment_name(name))
+        with self._dir(journal, SEGMENT_DIR) as d:
+            try:
+                st = os.stat(seg, dir_fd=d, follow_symlinks=False)
+            except FileNotFoundError:
+                return None
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafeFileError(os.path.join(self.root, journal, SEGMENT_DIR, seg), kind(st.st_mode))
+        return st.st_size
+
+    def many(self, calls: list[Call]) -> list[Any]:
+        out: list[Any] = []
+        for name, *args in calls:
+            try:
+                out.append(getattr(self, name)(*args))
+            except (SejError, OSError) as e:
+                out.append(e)
+        return out
+
     def read_offset(self, journal: str, reader: str) -> int | None:
         name = offset_file_name(reader)
         try:
@@ -255,12 +292,18 @@ class SftpSource:
     close, the window in which a producer could swap a checked name for a symlink. The
     hub's offset is written to a temp file with an unpredictable name, created exclusively
     (SSH_FXF_EXCL, which never follows a symlink), then renamed over the old one.
+
+    Every call is an operation of sej.hub.pipeline: a single call waits for its own replies,
+    and `many` runs many calls with their requests in flight together.
     """
 
     def __init__(self, sftp: paramiko.SFTPClient, root: str, label: str) -> None:
+        from .pipeline import Pipeline
+
         self.sftp = sftp
         self.label = label  # user@host:port, for messages
         self._errors = _transport_errors()
+        self._pipe = Pipeline(sftp)
         root = posixpath.normpath(root)
         try:
             sftp.lstat(posixpath.join(root, SEGMENT_DIR))
@@ -302,116 +345,218 @@ class SftpSource:
         """Directories the last `journals()` found under the root that are not journals, and why."""
         return dict(self._skipped)
 
-    def _check_dirs(self, journal: str, sub: str | None = None) -> str:
-        """The path of the journal's directory (or its `sub` directory) after lstat'ing it: no symlink.
+    def _path(self, journal: str, *parts: str) -> str:
+        return posixpath.join(self.root, check_journal_name(journal), *parts)
 
-        FileNotFoundError when missing; UnsafeFileError when not a directory.
-        """
-        name = check_journal_name(journal)
-        path = posixpath.join(self.root, name)
-        if self._only is None:  # a configured single journal is the configured path itself
-            self._lstat_is(path, stat.S_ISDIR, "a directory")
-        if sub is not None:
-            path = posixpath.join(path, sub)
-            self._lstat_is(path, stat.S_ISDIR, "a directory")
-        return path
+    def _call(self, op: Op[T], path: str) -> T:
+        """Run one operation; a transport failure becomes a SourceError naming `path`."""
+        try:
+            return self._pipe.one(op)
+        except self._errors as e:
+            raise SourceError(f"{self.label}:{path}: {e}") from None
 
-    def _lstat_is(self, path: str, test: Callable[[int], bool], expected: str) -> paramiko.SFTPAttributes:
-        attrs = self.sftp.lstat(path)
-        if not test(attrs.st_mode or 0):
-            raise UnsafeFileError(f"{self.label}:{path}", kind(attrs.st_mode or 0), expected)
-        return attrs
+    def many(self, calls: list[Call]) -> list[Any]:
+        ops = [getattr(self, f"_{c[0]}")(*c[1:]) for c in calls]
+        try:
+            results = self._pipe.run(ops)
+        except self._errors as e:
+            raise SourceError(f"{self.label}:{self.root}: {e}") from None
+        return [_as_source_error(r, self.label, self.root) for r in results]
 
     def segments(self, journal: str) -> list[SourceSegment]:
-        jdir = posixpath.join(self.root, check_journal_name(journal), SEGMENT_DIR)
-        try:
-            self._check_dirs(journal, SEGMENT_DIR)
-            listed = self.sftp.listdir_attr(jdir)
-        except self._errors as e:
-            raise SourceError(f"{self.label}:{jdir}: {e}") from None
-        entries = []
-        for attrs in listed:
-            if parse_segment_name(attrs.filename) is None:
-                continue  # quarantine files, index files, anything else
-            mode = attrs.st_mode or 0
-            if stat.S_ISDIR(mode):
-                continue  # not a segment (as in sej.layout.list_segments)
-            if not stat.S_ISREG(mode):
-                raise UnsafeFileError(f"{self.label}:{posixpath.join(jdir, attrs.filename)}", kind(mode))
-            entries.append((attrs.filename, attrs.st_size or 0))
-        return _valid_segments(entries, jdir)
+        return self._call(self._segments(journal), self._path(journal, SEGMENT_DIR))
+
+    def size(self, journal: str, name: str) -> int | None:
+        return self._call(self._size(journal, name), self._path(journal, SEGMENT_DIR, name))
 
     def read(self, journal: str, name: str, pos: int, size: int) -> bytes:
-        path = posixpath.join(
-            self.root, check_journal_name(journal), SEGMENT_DIR, segment_name(check_segment_name(name))
-        )
-        try:
-            self._lstat_is(path, stat.S_ISREG, "a regular file")  # never open a FIFO: it would hang the server
-            with self.sftp.open(path, "rb") as f:
-                f.MAX_REQUEST_SIZE = READ_RANGE  # OpenSSH serves reads up to 255 KiB; paramiko asks 32 KiB
-                attrs = f.stat()
-                if not stat.S_ISREG(attrs.st_mode or 0):
-                    raise UnsafeFileError(f"{self.label}:{path}", kind(attrs.st_mode or 0))
-                # readv pipelines the SFTP requests. It is asked for many 256 KiB ranges, not one
-                # big one: paramiko grows one range's buffer by concatenation, quadratic in its size.
-                end = min(pos + size, attrs.st_size or 0)
-                if end <= pos:
-                    return b""
-                ranges = [(p, min(READ_RANGE, end - p)) for p in range(pos, end, READ_RANGE)]
-                return b"".join(f.readv(ranges))
-        except self._errors as e:
-            raise SourceError(f"{self.label}:{path}: {e}") from None
+        return self._call(self._read(journal, name, pos, size), self._path(journal, SEGMENT_DIR, name))
 
     def read_offset(self, journal: str, reader: str) -> int | None:
-        path = posixpath.join(self.root, check_journal_name(journal), OFFSET_DIR, offset_file_name(reader))
+        path = self._path(journal, OFFSET_DIR, offset_file_name(reader))
+        return self._call(self._read_offset(journal, reader), path)
+
+    def commit_offset(self, journal: str, reader: str, value: int) -> None:
+        self._call(
+            self._commit_offset(journal, reader, value), self._path(journal, OFFSET_DIR, offset_file_name(reader))
+        )
+
+    # The operations (sej.hub.pipeline): each yields the requests it needs next.
+
+    def _lstats(self, *paths: str) -> Op[list[paramiko.SFTPAttributes | None]]:
+        """lstat of each path at once; None for a missing one."""
+        from paramiko import SFTPAttributes
+        from paramiko.sftp import CMD_ATTRS, CMD_LSTAT
+
+        replies = yield [(CMD_LSTAT, p.encode()) for p in paths]
+        out: list[paramiko.SFTPAttributes | None] = []
+        for reply in replies:
+            try:
+                out.append(SFTPAttributes._from_msg(expect(reply, CMD_ATTRS)))
+            except FileNotFoundError:
+                out.append(None)
+        return out
+
+    def _is(self, path: str, attrs: paramiko.SFTPAttributes | None, test: Callable[[int], bool], expected: str) -> None:
+        """FileNotFoundError when missing, UnsafeFileError when not what `test` wants."""
+        if attrs is None:
+            raise FileNotFoundError(errno.ENOENT, f"{self.label}:{path} does not exist")
+        if not test(attrs.st_mode or 0):
+            raise UnsafeFileError(f"{self.label}:{path}", kind(attrs.st_mode or 0), expected)
+
+    def _dirs(self, journal: str, sub: str | None, *more: str) -> Op[list[paramiko.SFTPAttributes | None]]:
+        """Check the journal's directory (and its `sub` directory) are directories, no symlinks; lstat
+        `more` paths in the same round trip (returned)."""
+        jdir = self._path(journal)
+        paths = [] if self._only is not None else [jdir]  # a configured single journal is the configured path
+        if sub is not None:
+            paths.append(posixpath.join(jdir, sub))
+        attrs = yield from self._lstats(*paths, *more)
+        for p, a in zip(paths, attrs, strict=False):
+            self._is(p, a, stat.S_ISDIR, "a directory")
+        return attrs[len(paths) :]
+
+    def _segments(self, journal: str) -> Op[list[SourceSegment]]:
+        from paramiko import SFTPAttributes
+        from paramiko.sftp import CMD_CLOSE, CMD_HANDLE, CMD_NAME, CMD_OPENDIR, CMD_READDIR
+
+        jdir = self._path(journal, SEGMENT_DIR)
         try:
-            self._check_dirs(journal, OFFSET_DIR)
-            self._lstat_is(path, stat.S_ISREG, "a regular file")
-            with self.sftp.open(path, "rb") as f:
-                attrs = f.stat()
-                if not stat.S_ISREG(attrs.st_mode or 0):
-                    raise UnsafeFileError(f"{self.label}:{path}", kind(attrs.st_mode or 0))
-                raw = f.read(9)
+            yield from self._dirs(journal, SEGMENT_DIR)
+        except FileNotFoundError:
+            raise SourceError(f"{self.label}:{jdir} does not exist") from None
+        (reply,) = yield [(CMD_OPENDIR, jdir.encode())]
+        handle = expect(reply, CMD_HANDLE).get_binary()
+        entries: list[tuple[str, int]] = []
+        try:
+            while True:
+                (reply,) = yield [(CMD_READDIR, handle)]
+                try:
+                    msg = expect(reply, CMD_NAME)
+                except EOFError:
+                    break
+                for _ in range(msg.get_int()):
+                    filename, _long = msg.get_text(), msg.get_text()
+                    attrs = SFTPAttributes._from_msg(msg, filename)
+                    if parse_segment_name(filename) is None:
+                        continue  # quarantine files, index files, anything else
+                    mode = attrs.st_mode or 0
+                    if stat.S_ISDIR(mode):
+                        continue  # not a segment (as in sej.layout.list_segments)
+                    if not stat.S_ISREG(mode):
+                        raise UnsafeFileError(f"{self.label}:{posixpath.join(jdir, filename)}", kind(mode))
+                    entries.append((filename, attrs.st_size or 0))
+        except GeneratorExit:
+            raise
+        except BaseException:
+            yield [(CMD_CLOSE, handle)]
+            raise
+        yield [(CMD_CLOSE, handle)]
+        return _valid_segments(entries, jdir)
+
+    def _size(self, journal: str, name: str) -> Op[int | None]:
+        path = self._path(journal, SEGMENT_DIR, segment_name(check_segment_name(name)))
+        (attrs,) = yield from self._lstats(path)
+        if attrs is None:
+            return None
+        self._is(path, attrs, stat.S_ISREG, "a regular file")
+        return attrs.st_size or 0
+
+    def _open(self, path: str, flags: int) -> Op[bytes]:
+        from paramiko import SFTPAttributes
+        from paramiko.sftp import CMD_HANDLE, CMD_OPEN
+
+        (reply,) = yield [(CMD_OPEN, path.encode(), flags, SFTPAttributes())]
+        return expect(reply, CMD_HANDLE).get_binary()  # type: ignore[no-any-return]
+
+    def _read_file(self, path: str, pos: int, size: int) -> Op[bytes]:
+        """Bytes [pos, pos + size) of a regular file (fewer at its end); never opens anything else."""
+        from paramiko import SFTPAttributes
+        from paramiko.sftp import CMD_ATTRS, CMD_CLOSE, CMD_DATA, CMD_FSTAT, CMD_READ, SFTP_FLAG_READ, int64
+
+        (attrs,) = yield from self._lstats(path)
+        self._is(path, attrs, stat.S_ISREG, "a regular file")  # never open a FIFO: it would hang the server
+        assert attrs is not None
+        end = min(pos + size, attrs.st_size or 0)
+        handle = yield from self._open(path, SFTP_FLAG_READ)
+        try:
+            # fstat and the reads go together; OpenSSH serves a read of up to 256 KiB less a header.
+            ranges = [(p, min(READ_RANGE, end - p)) for p in range(pos, end, READ_RANGE)]
+            replies = yield [(CMD_FSTAT, handle), *((CMD_READ, handle, int64(p), n) for p, n in ranges)]
+            opened = SFTPAttributes._from_msg(expect(replies[0], CMD_ATTRS))
+            if not stat.S_ISREG(opened.st_mode or 0):
+                raise UnsafeFileError(f"{self.label}:{path}", kind(opened.st_mode or 0))
+            chunks = []
+            for (_p, n), reply in zip(ranges, replies[1:], strict=True):
+                try:
+                    data = expect(reply, CMD_DATA).get_string()
+                except EOFError:  # the file shrank under us
+                    break
+                chunks.append(data)
+                if len(data) < n:
+                    break  # a short read: what follows is not contiguous
+        except GeneratorExit:
+            raise
+        except BaseException:
+            yield [(CMD_CLOSE, handle)]
+            raise
+        yield [(CMD_CLOSE, handle)]
+        return b"".join(chunks)
+
+    def _read(self, journal: str, name: str, pos: int, size: int) -> Op[bytes]:
+        return self._read_file(self._path(journal, SEGMENT_DIR, segment_name(check_segment_name(name))), pos, size)
+
+    def _read_offset(self, journal: str, reader: str) -> Op[int | None]:
+        path = self._path(journal, OFFSET_DIR, offset_file_name(reader))
+        try:
+            yield from self._dirs(journal, OFFSET_DIR)
+            raw = yield from self._read_file(path, 0, 9)
         except FileNotFoundError:
             return None
-        except self._errors as e:
-            raise SourceError(f"{self.label}:{path}: {e}") from None
         try:
             return parse_offset(raw, f"{self.label}:{path}")
         except CorruptionError:
             return None  # a malformed file is replaced by the next commit (as in LocalSource)
 
-    def commit_offset(self, journal: str, reader: str, value: int) -> None:
-        jdir = posixpath.join(self.root, check_journal_name(journal))
-        ofs = posixpath.join(jdir, OFFSET_DIR)
+    def _commit_offset(self, journal: str, reader: str, value: int) -> Op[None]:
+        from paramiko import SFTPAttributes
+        from paramiko.sftp import (
+            CMD_CLOSE,
+            CMD_EXTENDED,
+            CMD_MKDIR,
+            CMD_REMOVE,
+            CMD_WRITE,
+            SFTP_FLAG_CREATE,
+            SFTP_FLAG_EXCL,
+            SFTP_FLAG_WRITE,
+            int64,
+        )
+
+        ofs = self._path(journal, OFFSET_DIR)
         final = posixpath.join(ofs, offset_file_name(reader))
         tmp = temp_name(final)
+        yield from self._dirs(journal, None)
+        yield [(CMD_MKDIR, ofs.encode(), SFTPAttributes())]  # an error: it exists (or the check says what it is)
+        (there,) = yield from self._dirs(journal, OFFSET_DIR, final)
+        if there is not None:
+            self._is(final, there, stat.S_ISREG, "a regular file")  # a symlink or FIFO there is not replaced
+        # O_CREAT|O_EXCL: never through a symlink.
+        handle = yield from self._open(tmp, SFTP_FLAG_WRITE | SFTP_FLAG_CREATE | SFTP_FLAG_EXCL)
         try:
-            self._check_dirs(journal)
-            try:
-                self.sftp.mkdir(ofs)
-            except OSError:
-                pass  # it exists (or the check below says what it is)
-            self._check_dirs(journal, OFFSET_DIR)
-            try:
-                self._lstat_is(final, stat.S_ISREG, "a regular file")  # a symlink or FIFO there is not replaced
-            except FileNotFoundError:
-                pass
-            with self.sftp.open(tmp, "wx") as f:  # O_CREAT|O_EXCL: never through a symlink
-                try:
-                    f.write(encode_offset(value))
-                    f.flush()
-                    _fsync(self.sftp, f)
-                except BaseException:
-                    _remove_quietly(self.sftp, tmp)
-                    raise
-            try:
-                self.sftp.posix_rename(tmp, final)
-            except BaseException:
-                _remove_quietly(self.sftp, tmp)
-                raise
-        except self._errors as e:
-            raise SourceError(f"{self.label}:{final}: {e}") from None
+            write, _fsync, close = yield [
+                (CMD_WRITE, handle, int64(0), encode_offset(value)),
+                (CMD_EXTENDED, "fsync@openssh.com", handle),  # an error: the server lacks it
+                (CMD_CLOSE, handle),
+            ]
+            expect_ok(write)
+            expect_ok(close)
+            (renamed,) = yield [(CMD_EXTENDED, "posix-rename@openssh.com", tmp.encode(), final.encode())]
+            expect_ok(renamed)
+        except GeneratorExit:
+            raise
+        except BaseException:
+            yield [(CMD_REMOVE, tmp.encode())]  # our own temp file; an error here changes nothing
+            raise
 
     def describe(self, journal: str, name: str = "") -> str:
         path = posixpath.join(self.root, journal, SEGMENT_DIR, name) if name else posixpath.join(self.root, journal)
@@ -424,19 +569,8 @@ class SftpSource:
             log.debug("%s: closing the SFTP channel: %s", self.label, e)
 
 
-def _remove_quietly(sftp: paramiko.SFTPClient, path: str) -> None:
-    """Remove our own temp file after a failed commit, if the connection still allows it."""
-    try:
-        sftp.remove(path)
-    except _transport_errors() as e:
-        log.debug("removing %s: %s", path, e)
-
-
-def _fsync(sftp: paramiko.SFTPClient, f: paramiko.SFTPFile) -> None:
-    """fsync a remote file with OpenSSH's fsync@openssh.com extension, when the server has it."""
-    import paramiko
-
-    try:
-        sftp._request(paramiko.sftp.CMD_EXTENDED, "fsync@openssh.com", f.handle)
-    except (OSError, paramiko.SSHException) as e:
-        log.debug("fsync@openssh.com not available: %s", e)
+def _as_source_error(result: Any, label: str, root: str) -> Any:
+    """A result of `many` as the single call returns it: a transport or server error becomes a SourceError."""
+    if isinstance(result, OSError | EOFError):
+        return SourceError(f"{label}:{root}: {result}")
+    return result
