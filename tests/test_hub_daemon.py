@@ -973,7 +973,8 @@ def test_the_watchdog_bounds_a_stalled_local_pass(tmp_path: Path, src: Path) -> 
     assert f"client c: a call to {src} has not returned for 1s; abandoning the pass" in hub.stderr
     assert "the pass was abandoned after" in hub.stderr
     assert error_lines(hub.stderr, "sej-hub") == ["sej-hub: error: 1 failures in 1 of 1 clients (see the log above)"]
-    assert "exiting with 4 threads still stuck in calls that did not return" in hub.stderr
+    # The stuck read is the pass's read-ahead (sej.hub.batch), in the pass's own daemon thread: the
+    # process exits (above) without waiting for it.
 
 
 @pytest.mark.parametrize("once", [False, True])

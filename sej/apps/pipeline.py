@@ -26,7 +26,7 @@ import click
 
 from .. import __version__
 from ..errors import SejError
-from ..hub.copy import copy_all
+from ..hub.batch import copy_all
 from ..hub.location import Origin, open_sources
 from ..hub.source import Source
 from ..journal import next_offset

@@ -7,7 +7,8 @@ copy itself (copy), hub.toml (config) and the daemon's passes (daemon).
 
 from __future__ import annotations
 
-from .copy import CopyError, CopyResult, JournalOutcome, copy_all, copy_journal
+from .batch import CopyState, JournalOutcome, copy_all
+from .copy import CopyError, CopyResult, copy_journal
 from .location import Origin, Sources, open_sources
 from .names import check_client_id, destination_name
 from .source import LocalSource, SftpSource, Source, SourceError
@@ -15,6 +16,7 @@ from .source import LocalSource, SftpSource, Source, SourceError
 __all__ = [
     "CopyError",
     "CopyResult",
+    "CopyState",
     "JournalOutcome",
     "LocalSource",
     "Origin",

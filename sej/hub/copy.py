@@ -14,7 +14,6 @@ import logging
 import os
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 from .. import index as idx
@@ -49,6 +48,8 @@ class CopyResult(NamedTuple):
     messages: int  # copied this time
     bytes: int
     next_offset: int  # the destination's next offset now
+    segment: str = ""  # the destination's last segment (its file name) now, "" before the first
+    size: int = 0  # its size
 
 
 class _Destination:
@@ -155,7 +156,7 @@ def copy_journal(
     try:
         src = source.segments(journal)
         if not src:
-            return CopyResult(journal, dest_dir, 0, 0, dest.next or 0)
+            return CopyResult(journal, dest_dir, 0, 0, dest.next or 0, dest.name, dest.size)
         i = _resume_point(source, journal, src, dest, where)
         if dest.next is None:
             dest.next = src[0].first_offset  # a new copy starts where the source's retention starts
@@ -186,7 +187,7 @@ def copy_journal(
         # Commit only a change: a hub polling every second must not rewrite every producer's file.
         if copied or source.read_offset(journal, reader) != dest.next:
             source.commit_offset(journal, reader, dest.next)
-        return CopyResult(journal, dest_dir, copied, copied_bytes, dest.next)
+        return CopyResult(journal, dest_dir, copied, copied_bytes, dest.next, dest.name, dest.size)
     finally:
         try:
             dest.sync()
@@ -345,62 +346,3 @@ def _copy_big_frame(
     if on_bytes is not None:
         on_bytes(total)
     return True
-
-
-class JournalOutcome(NamedTuple):
-    journal: str
-    result: CopyResult | None
-    error: BaseException | None
-
-
-def copy_all(
-    make_source: Callable[[], Source],
-    dest_root: str,
-    client_id: str,
-    reader: str,
-    workers: int = 4,
-    stop: threading.Event | None = None,
-    on_bytes: Callable[[int], None] | None = None,
-    on_skip: Callable[[str, str], None] | None = None,
-) -> list[JournalOutcome]:
-    """Copy every journal of a source, several at once; one journal's error does not stop the others.
-
-    `make_source` gives each worker its own source (an SFTP channel each, over one connection).
-    `on_skip(name, why)` hears of each directory under the source's root that is not a journal
-    (default: a warning in the log); nothing is skipped silently.
-    """
-    os.makedirs(dest_root, exist_ok=True)
-    lister = make_source()
-    try:
-        journals = lister.journals()
-        for name, why in sorted(lister.skipped().items()):
-            if on_skip is not None:
-                on_skip(name, why)
-            else:
-                log.warning("%s: skipping %r: %s", lister.describe(""), name, why)
-    finally:
-        lister.close()
-    local = threading.local()
-    sources: list[Source] = []
-    sources_lock = threading.Lock()
-
-    def one(journal: str) -> JournalOutcome:
-        src = getattr(local, "source", None)
-        if src is None:
-            src = local.source = make_source()
-            with sources_lock:
-                sources.append(src)
-        try:
-            return JournalOutcome(
-                journal, copy_journal(src, journal, dest_root, client_id, reader, stop, on_bytes), None
-            )
-        except Exception as e:  # reported per journal; the others go on
-            log.error("%s", e)
-            return JournalOutcome(journal, None, e)
-
-    try:
-        with ThreadPoolExecutor(max_workers=max(1, min(workers, len(journals) or 1))) as pool:
-            return list(pool.map(one, journals))
-    finally:
-        for s in sources:
-            s.close()

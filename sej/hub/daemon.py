@@ -38,8 +38,8 @@ from typing import IO, Any
 from ..errors import SejError
 from ..layout import HUB_LOCK
 from ..lock import lock_file
+from .batch import CopyState, JournalOutcome, copy_all
 from .config import ClientConfig, HubConfig
-from .copy import JournalOutcome, copy_all
 from .location import Sources, open_sources, transport_errors
 from .source import CONNECT_TIMEOUT, IO_TIMEOUT, Call, Source, SourceSegment
 
@@ -204,6 +204,7 @@ class _Client:
         self.failures = 0  # failed passes in a row
         self.connects = 0  # SSH connections made (for tests and logs)
         self.skips_told: set[str] = set()  # directories under the client's root already reported as not journals
+        self.state = CopyState()  # what the last pass learned: unchanged journals cost two lstats
         self._calls: dict[int, float] = {}  # calls to the producer under way: token -> when they started
         self._calls_lock = threading.Lock()
         self._tokens = itertools.count()
@@ -340,7 +341,7 @@ class _Client:
         try:
             make_source = self._sources()
             report.outcomes = copy_all(make_source, self.hub.hub_root, cid, self.hub.hub_name, self.hub.workers, stop,
-                                       on_skip=self._tell_skip)  # fmt: skip
+                                       on_skip=self._tell_skip, state=self.state)  # fmt: skip
             if not report.outcomes and "" not in self.skips_told:
                 self.skips_told.add("")
                 log.warning("client %s: no journal found at %s", cid, self.label)

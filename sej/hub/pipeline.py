@@ -47,6 +47,7 @@ class Pipeline:
         self._in_flight: dict[int, tuple[int, int]] = {}  # request number -> (operation, slot)
         self._replies: dict[int, list[Reply | None]] = {}  # operation -> its replies so far
         self._missing: dict[int, int] = {}  # operation -> replies still to come
+        self._complete: list[int] = []  # operations whose replies are all in
 
     def run(self, ops: Iterable[Op[Any]]) -> list[Any]:
         """Run every operation to its end; each one's return value, or the exception it raised.
@@ -60,6 +61,7 @@ class Pipeline:
             self._in_flight.clear()
             self._replies.clear()
             self._missing.clear()
+            self._complete.clear()
 
     def _run(self, gens: list[Op[Any]]) -> list[Any]:
         results: list[Any] = [None] * len(gens)
@@ -88,9 +90,10 @@ class Pipeline:
                 self._in_flight[self.sftp._async_request(self, t, *args)] = (k, slot)
             if self._in_flight:
                 self.sftp._read_response()  # one reply, handed to _async_response
-                for k in [k for k, n in self._missing.items() if n == 0]:
+                for k in self._complete:
                     del self._missing[k]
                     ready.append((k, self._replies.pop(k)))  # type: ignore[arg-type]
+                self._complete.clear()
         return results
 
     def _async_response(self, t: int, msg: paramiko.Message, num: int) -> None:
@@ -98,6 +101,8 @@ class Pipeline:
         k, slot = self._in_flight.pop(num)
         self._replies[k][slot] = (t, msg)
         self._missing[k] -= 1
+        if self._missing[k] == 0:
+            self._complete.append(k)
 
     def one(self, op: Op[T]) -> T:
         """Run one operation; its return value (its exception is raised)."""

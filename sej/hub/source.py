@@ -116,6 +116,14 @@ def _sort_out(name: str, mode: int, jnl: Callable[[str], int | None]) -> tuple[s
     return name, None
 
 
+def _is_journal_name(name: str) -> bool:
+    try:
+        check_journal_name(name)
+    except InvalidArgumentError:
+        return False
+    return True
+
+
 def _valid_segments(entries: list[tuple[str, int]], where: str) -> list[SourceSegment]:
     out = []
     for name, size in entries:
@@ -322,24 +330,24 @@ class SftpSource:
             return list(self._only)
         try:
             entries = self.sftp.listdir_attr(self.root)
+            # The jnl/ of every directory, at once (see sej.hub.pipeline).
+            dirs = [e.filename for e in entries if stat.S_ISDIR(e.st_mode or 0) and _is_journal_name(e.filename)]
+            got = self._pipe.run([self._lstats(posixpath.join(self.root, d, SEGMENT_DIR)) for d in dirs])
         except self._errors as e:
             raise SourceError(f"{self.label}:{self.root}: {e}") from None
+        jnl: dict[str, int | None] = {}
+        for d, r in zip(dirs, got, strict=True):
+            if isinstance(r, BaseException):
+                raise SourceError(f"{self.label}:{self.root}/{d}: {r}")
+            jnl[d] = None if r[0] is None else r[0].st_mode or 0
         names = []
         for entry in entries:
-            name, why = _sort_out(entry.filename, entry.st_mode or 0, self._jnl_mode)
+            name, why = _sort_out(entry.filename, entry.st_mode or 0, jnl.get)
             if name is not None:
                 names.append(name)
             elif why is not None:
                 self._skipped[entry.filename] = why
         return sorted(names)
-
-    def _jnl_mode(self, name: str) -> int | None:
-        try:
-            return self.sftp.lstat(posixpath.join(self.root, name, SEGMENT_DIR)).st_mode or 0
-        except FileNotFoundError:
-            return None
-        except self._errors as e:
-            raise SourceError(f"{self.label}:{self.root}/{name}: {e}") from None
 
     def skipped(self) -> dict[str, str]:
         """Directories the last `journals()` found under the root that are not journals, and why."""
@@ -535,9 +543,12 @@ class SftpSource:
         ofs = self._path(journal, OFFSET_DIR)
         final = posixpath.join(ofs, offset_file_name(reader))
         tmp = temp_name(final)
-        yield from self._dirs(journal, None)
-        yield [(CMD_MKDIR, ofs.encode(), SFTPAttributes())]  # an error: it exists (or the check says what it is)
-        (there,) = yield from self._dirs(journal, OFFSET_DIR, final)
+        try:
+            (there,) = yield from self._dirs(journal, OFFSET_DIR, final)
+        except FileNotFoundError:  # no ofs/ yet (or no journal: the check below says so)
+            yield from self._dirs(journal, None)
+            yield [(CMD_MKDIR, ofs.encode(), SFTPAttributes())]  # an error: it exists now (checked next)
+            (there,) = yield from self._dirs(journal, OFFSET_DIR, final)
         if there is not None:
             self._is(final, there, stat.S_ISREG, "a regular file")  # a symlink or FIFO there is not replaced
         # O_CREAT|O_EXCL: never through a symlink.

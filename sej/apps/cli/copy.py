@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import click
 
-from ...hub.copy import JournalOutcome, copy_all
+from ...hub.batch import JournalOutcome, copy_all
 from ...hub.location import Origin, open_sources, parse_location
 from ...hub.names import check_client_id
 from ...hub.source import Source

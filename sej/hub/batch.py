@@ -1,0 +1,393 @@
+"""One pass over every journal of a source (`copy_all`), in batches: a thousand journals' work, not their round trips.
+
+Per journal, `copy_journal` lists the source's segments, compares the hub's tail with the
+source, reads what is new, fsyncs and commits the hub's reader offset: each a few SFTP
+round trips, one after the other. A pass here does the same in phases, each phase for every
+journal at once (Source.many, whose SFTP requests are in flight together):
+
+1. probe: for each journal whose state the last pass left (`CopyState`), the size of the
+   hub's last segment on the source and whether the next segment exists (two lstats). Same
+   size and no next segment: nothing to copy, and nothing else is asked (a writer names its
+   next segment by the offset after the last message of this one, which the hub has);
+2. list the segments of the other journals, and read their hub offsets if unknown;
+3. read the new bytes (with the CHECK_WINDOW bytes before them that copy_journal compares),
+   in rounds of about PREFETCH_PER_ROUND bytes;
+4. copy each journal with copy_journal over what was read (`Prefetched`), several at once:
+   the same checks, the same writes and fsyncs, reads it lacks go to the source;
+5. commit the hub offsets that changed, all at once, after every copy's fsync.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Any, NamedTuple
+
+from ..errors import InvalidArgumentError
+from ..layout import parse_segment_name, segment_dir, segment_name
+from .copy import CHECK_WINDOW, CopyResult, copy_journal
+from .names import destination_name
+from .source import Call, Source, SourceSegment
+
+log = logging.getLogger("sej.hub")
+
+PREFETCH_PER_JOURNAL = 4 << 20
+"""Bytes of one journal read ahead in a pass; the rest of a big copy is read by copy_journal itself."""
+
+PREFETCH_PER_ROUND = 64 << 20
+"""Bytes read ahead for all journals at once: a pass handles its journals in rounds of about this much."""
+
+
+class JournalOutcome(NamedTuple):
+    journal: str
+    result: CopyResult | None
+    error: BaseException | None
+
+
+class Tail(NamedTuple):
+    """The hub's copy of a journal after a pass: its last segment's name and size, and its next offset."""
+
+    segment: str
+    size: int
+    next_offset: int
+
+
+class CopyState:
+    """What a client's passes remember between passes (the daemon keeps one per client).
+
+    `tails`: each journal's Tail after the last pass (trusted only while the hub's segment
+    file still has that size); `committed`: the hub offset known to be on the source.
+    """
+
+    def __init__(self) -> None:
+        self.tails: dict[str, Tail] = {}
+        self.committed: dict[str, int] = {}
+
+    def tail(self, journal: str, dest_dir: str) -> Tail | None:
+        t = self.tails.get(journal)
+        if t is None or not t.segment:
+            return None
+        try:
+            if os.stat(os.path.join(segment_dir(dest_dir), t.segment)).st_size == t.size:
+                return t
+        except OSError:
+            pass
+        del self.tails[journal]
+        return None
+
+    def remember(self, result: CopyResult) -> None:
+        self.tails[result.journal] = Tail(result.segment, result.size, result.next_offset)
+
+
+class Prefetched:
+    """A Source for copy_journal with a journal's listing, new bytes and hub offset already read.
+
+    Anything not read ahead goes to `source`. `commit_offset` is kept (`commit`) for the pass
+    to send with the others, after every copy's fsync.
+    """
+
+    def __init__(
+        self,
+        source: Source,
+        segments: list[SourceSegment] | None,
+        data: dict[str, tuple[int, bytes, bool]],
+        committed: int | None,
+    ) -> None:
+        self.source = source
+        self._segments = segments
+        self._data = data  # segment name -> (start, bytes, they reach the end of the file as listed)
+        self._committed = committed
+        self.commit: int | None = None
+
+    def journals(self) -> list[str]:
+        return self.source.journals()
+
+    def skipped(self) -> dict[str, str]:
+        return self.source.skipped()
+
+    def segments(self, journal: str) -> list[SourceSegment]:
+        return list(self._segments) if self._segments is not None else self.source.segments(journal)
+
+    def size(self, journal: str, name: str) -> int | None:
+        return self.source.size(journal, name)
+
+    def read(self, journal: str, name: str, pos: int, size: int) -> bytes:
+        got = self._data.get(name)
+        if got is not None:
+            start, data, to_end = got
+            end = start + len(data)
+            # Inside what was read; past its end only if that is the end of the file as listed.
+            if start <= pos and (pos + size <= end or (to_end and pos <= end)):
+                return data[pos - start : pos - start + size]
+        return self.source.read(journal, name, pos, size)
+
+    def read_offset(self, journal: str, reader: str) -> int | None:
+        return self._committed
+
+    def commit_offset(self, journal: str, reader: str, value: int) -> None:
+        self.commit = value
+
+    def describe(self, journal: str, name: str = "") -> str:
+        return self.source.describe(journal, name)
+
+    def close(self) -> None:
+        pass  # the pass closes its sources
+
+    def many(self, calls: list[Call]) -> list[Any]:
+        return self.source.many(calls)
+
+
+class _Phases:
+    """Seconds spent in each phase of a pass, for the debug log."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, phase: str) -> Iterator[None]:
+        t = time.monotonic()
+        try:
+            yield
+        finally:
+            self.seconds[phase] = self.seconds.get(phase, 0.0) + time.monotonic() - t
+
+    def __str__(self) -> str:
+        return ", ".join(f"{k} {v:.3f}s" for k, v in self.seconds.items())
+
+
+class _Plan:
+    """One journal's work in a pass."""
+
+    def __init__(self, journal: str, dest_dir: str, tail: Tail | None, committed: int | None) -> None:
+        self.journal, self.dest_dir, self.tail = journal, dest_dir, tail
+        self.committed = committed
+        self.segments: list[SourceSegment] | None = None  # the source's, as listed (or probed)
+        self.reads: list[tuple[str, int, int, bool]] = []  # (segment, start, size, to the end as listed)
+        self.data: dict[str, tuple[int, bytes, bool]] = {}
+
+    def plan_reads(self) -> int:
+        """Plan the reads of what the hub lacks, up to PREFETCH_PER_JOURNAL bytes; the bytes planned."""
+        assert self.segments is not None
+        have_name, have_size = _hub_tail(self.dest_dir)
+        budget = PREFETCH_PER_JOURNAL
+        for seg in self.segments:
+            if have_name and seg.name < have_name:
+                continue  # before the hub's last segment: copied already
+            start = max(0, have_size - CHECK_WINDOW) if seg.name == have_name else 0
+            size = min(seg.size - start, budget)
+            if size <= 0:
+                continue
+            self.reads.append((seg.name, start, size, start + size == seg.size))
+            budget -= size
+            if budget <= 0:
+                break
+        return PREFETCH_PER_JOURNAL - budget
+
+
+def _hub_tail(dest_dir: str) -> tuple[str, int]:
+    """The hub's last segment of a journal (name, size); ("", 0) before its first."""
+    try:
+        names = [n for n in os.listdir(segment_dir(dest_dir)) if parse_segment_name(n) is not None]
+    except FileNotFoundError:
+        return "", 0
+    if not names:
+        return "", 0
+    last = max(names)
+    try:
+        return last, os.stat(os.path.join(segment_dir(dest_dir), last)).st_size
+    except FileNotFoundError:
+        return "", 0
+
+
+def copy_all(
+    make_source: Callable[[], Source],
+    dest_root: str,
+    client_id: str,
+    reader: str,
+    workers: int = 4,
+    stop: threading.Event | None = None,
+    on_bytes: Callable[[int], None] | None = None,
+    on_skip: Callable[[str, str], None] | None = None,
+    state: CopyState | None = None,
+) -> list[JournalOutcome]:
+    """Copy every journal of a source, several at once; one journal's error does not stop the others.
+
+    `make_source` gives the pass its source, and each worker its own (an SFTP channel each,
+    over one connection). `on_skip(name, why)` hears of each directory under the source's root
+    that is not a journal (default: a warning in the log); nothing is skipped silently.
+    `state` carries what the last pass learned (the daemon's), so unchanged journals cost two
+    lstats; without it every journal is listed.
+    """
+    os.makedirs(dest_root, exist_ok=True)
+    state = state if state is not None else CopyState()
+    lister = make_source()
+    local = threading.local()
+    sources: list[Source] = [lister]
+    sources_lock = threading.Lock()
+
+    def own_source() -> Source:
+        src = getattr(local, "source", None)
+        if src is None:
+            src = local.source = make_source()
+            with sources_lock:
+                sources.append(src)
+        return src
+
+    try:
+        journals = lister.journals()
+        for name, why in sorted(lister.skipped().items()):
+            if on_skip is not None:
+                on_skip(name, why)
+            else:
+                log.warning("%s: skipping %r: %s", lister.describe(""), name, why)
+        outcomes: dict[str, JournalOutcome] = {}
+        plans = []
+        for j in journals:
+            try:
+                d = os.path.join(dest_root, destination_name(client_id, j))
+            except InvalidArgumentError as e:  # a name no journal of ours can have: that journal fails
+                log.error("%s", e)
+                outcomes[j] = JournalOutcome(j, None, e)
+                continue
+            plans.append(_Plan(j, d, state.tail(j, d), state.committed.get(j)))
+        took = _Phases()
+        with took("probe"):
+            work = _probe(lister, plans, outcomes)
+        with took("list"):
+            _list(lister, work, reader)
+        with ThreadPoolExecutor(max_workers=max(1, min(workers, len(work) or 1))) as pool:
+            for batch in _rounds(work):
+                if stop is not None and stop.is_set():
+                    break
+                with took("read"):
+                    _read(lister, batch)
+
+                def one(p: _Plan) -> tuple[_Plan, JournalOutcome, Prefetched]:
+                    src = Prefetched(own_source(), p.segments, p.data, p.committed)
+                    try:
+                        result = copy_journal(src, p.journal, dest_root, client_id, reader, stop, on_bytes)
+                        return p, JournalOutcome(p.journal, result, None), src
+                    except Exception as e:  # reported per journal; the others go on
+                        log.error("%s", e)
+                        return p, JournalOutcome(p.journal, None, e), src
+
+                with took("copy"):
+                    done = list(pool.map(one, batch))
+                for p, outcome, _src in done:
+                    p.data = {}  # the bytes are written: free them before the next round
+                    outcomes[p.journal] = outcome
+                with took("commit"):
+                    _commit(lister, [(p, o, src) for p, o, src in done], reader, state, outcomes)
+        log.debug("%s: %d journals, %d probed unchanged; %s", lister.describe(""), len(journals),
+                  len(plans) - len(work), took)  # fmt: skip
+        return [outcomes[j] for j in journals if j in outcomes]
+    finally:
+        for s in sources:
+            s.close()
+
+
+def _probe(lister: Source, plans: list[_Plan], outcomes: dict[str, JournalOutcome]) -> list[_Plan]:
+    """Settle the journals whose hub copy is the source's whole last segment (the outcome: nothing
+    copied); the plans left, with the source's segments when the probe tells them."""
+    known = [p for p in plans if p.tail is not None and p.committed == p.tail.next_offset]
+    calls: list[Call] = []
+    for p in known:
+        assert p.tail is not None
+        calls += [("size", p.journal, p.tail.segment), ("size", p.journal, segment_name(p.tail.next_offset))]
+    sizes = lister.many(calls) if calls else []
+    work = [p for p in plans if p.tail is None or p.committed != p.tail.next_offset]
+    for k, p in enumerate(known):
+        assert p.tail is not None
+        size, following = sizes[2 * k], sizes[2 * k + 1]
+        if size == p.tail.size and following is None:
+            t = p.tail
+            outcomes[p.journal] = JournalOutcome(p.journal, CopyResult(p.journal, p.dest_dir, 0, 0, t.next_offset,
+                                                                       t.segment, t.size), None)  # fmt: skip
+        else:
+            # It grew (and may have rolled over since: the next segment is named by the first
+            # offset the hub lacks only when the hub had all of this one), rolled over, is gone,
+            # or an error: list it (copy_journal reports errors as its own).
+            work.append(p)
+    return work
+
+
+def _list(lister: Source, work: list[_Plan], reader: str) -> None:
+    """List the journals' segments and read the hub offsets not known, all at once; plan the reads."""
+    calls: list[Call] = []
+    asked: list[tuple[_Plan, str]] = []
+    for p in work:
+        if p.segments is None:
+            calls.append(("segments", p.journal))
+            asked.append((p, "segments"))
+        if p.committed is None:
+            calls.append(("read_offset", p.journal, reader))
+            asked.append((p, "committed"))
+    for (p, what), got in zip(asked, lister.many(calls) if calls else [], strict=True):
+        if not isinstance(got, BaseException):  # else copy_journal asks again, and reports the error
+            setattr(p, what, got)
+    for p in work:
+        if p.segments is not None:
+            p.plan_reads()
+
+
+def _rounds(work: list[_Plan]) -> Iterator[list[_Plan]]:
+    """The plans in rounds that read ahead about PREFETCH_PER_ROUND bytes each."""
+    batch: list[_Plan] = []
+    size = 0
+    for p in work:
+        batch.append(p)
+        size += sum(r[2] for r in p.reads)
+        if size >= PREFETCH_PER_ROUND:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
+def _read(lister: Source, batch: list[_Plan]) -> None:
+    """Read ahead what each journal of a round lacks, all at once."""
+    reads: list[Call] = []
+    wanted: list[tuple[_Plan, str, int, int, bool]] = []
+    for p in batch:
+        for name, start, size, to_end in p.reads:
+            reads.append(("read", p.journal, name, start, size))
+            wanted.append((p, name, start, size, to_end))
+    for (p, name, start, size, to_end), got in zip(wanted, lister.many(reads) if reads else [], strict=True):
+        if isinstance(got, bytes):
+            # Fewer bytes than asked: not the end of the file as listed (it shrank, or a short read).
+            p.data[name] = (start, got, to_end and len(got) == size)
+
+
+def _commit(
+    lister: Source,
+    done: list[tuple[_Plan, JournalOutcome, Prefetched]],
+    reader: str,
+    state: CopyState,
+    outcomes: dict[str, JournalOutcome],
+) -> None:
+    """Commit the hub offsets the copies asked for, all at once (each copy has been fsynced)."""
+    calls: list[Call] = []
+    asked: list[tuple[_Plan, JournalOutcome, int]] = []
+    for p, o, src in done:
+        if o.result is not None:
+            state.remember(o.result)
+        if src.commit is not None:
+            calls.append(("commit_offset", p.journal, reader, src.commit))
+            asked.append((p, o, src.commit))
+        elif o.result is not None and p.committed is not None:
+            state.committed[p.journal] = p.committed
+    for (p, _o, value), got in zip(asked, lister.many(calls) if calls else [], strict=True):
+        if isinstance(got, BaseException):
+            log.error("%s", got)
+            state.committed.pop(p.journal, None)
+            outcomes[p.journal] = JournalOutcome(p.journal, None, got)
+        else:
+            state.committed[p.journal] = value
+
+
+__all__ = ["CopyState", "JournalOutcome", "Prefetched", "Tail", "copy_all"]
