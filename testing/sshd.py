@@ -111,7 +111,7 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-def _pdeathsig_prefix() -> list[str]:
+def pdeathsig_prefix() -> list[str]:
     """`setpriv --pdeathsig TERM`, so that sshd dies if the test process is killed without cleaning up.
 
     The parent-death signal fires when the *thread* that forked the child ends, so it is only used from
@@ -199,7 +199,7 @@ class Sshd:
             self.known_hosts.write_text(f"[{HOST}]:{self.port} {self.host_key}\n")
             with open(self.log_path, "wb") as log:
                 self.process = subprocess.Popen(
-                    [*_pdeathsig_prefix(), SSHD, "-D", "-e", "-f", str(self.config)],
+                    [*pdeathsig_prefix(), SSHD, "-D", "-e", "-f", str(self.config)],
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
