@@ -10,13 +10,17 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import sej
-from sej.hub import CopyError, LocalSource, copy_all, copy_journal, destination_name
+from sej.hub import CopyError, LocalSource, Source, copy_all, copy_journal, destination_name
 from sej.hub.names import check_journal_name, check_segment_name
 from sej.offset import read_offset_file
 from sej.shard import is_shard_name
@@ -604,3 +608,70 @@ def test_copy_all_warns_of_each_directory_that_is_not_a_journal(tmp_path, caplog
     assert len(warned) == 2
     assert warned[0].startswith(f"{src}/: skipping 'ev.10.000': not a journal name")
     assert warned[1] == f"{src}/: skipping 'q.1.000': a symlink, not a journal directory"
+
+
+# -- passes in batches (sej.hub.batch): what one pass learns, the next one trusts only while it holds --
+
+
+Rounds = list[list[tuple[int, int]]]
+rounds_of_changes = st.lists(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 40)), max_size=6), min_size=2,
+                             max_size=6)  # fmt: skip
+
+
+@settings(max_examples=30, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(rounds_of_changes, st.sampled_from([200, 700, 5000]))
+def test_passes_that_remember_copy_every_change_between_them(rounds: Rounds, seg: int) -> None:
+    passes_that_remember(rounds, seg, LocalSource)
+
+
+def passes_that_remember(rounds: Rounds, seg: int, source: Callable[[str], Source]) -> None:
+    """Appends, rollovers (small segments: a writer may roll over exactly where the hub's copy ends)
+    and new journals between passes of one CopyState: after every pass the hub equals the source,
+    the source's hub offsets equal the hub's next offsets, and unchanged journals were only probed."""
+    from sej.hub import CopyState
+
+    listed: list[str] = []
+
+    class Listing:
+        def __init__(self, src: Source) -> None:
+            self.src = src
+
+        def segments(self, journal: str) -> list:  # type: ignore[type-arg]
+            listed.append(journal)
+            return self.src.segments(journal)
+
+        def many(self, calls: list) -> list:  # type: ignore[type-arg]
+            listed.extend(c[1] for c in calls if c[0] == "segments")
+            return self.src.many(calls)
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self.src, name)
+
+    tmp = tempfile.mkdtemp()
+    try:
+        src, hub = os.path.join(tmp, "src"), os.path.join(tmp, "hub")
+        produce(src, 10, segment_size=seg)
+        state = CopyState()
+        for r, changes in enumerate(rounds):
+            for shard, n in changes:
+                with sej.Writer(os.path.join(src, f"p.2.00{shard}"), segment_size=seg) as w:
+                    for i in range(n):
+                        w.append(b"r%d-%d" % (r, i) * (1 + i % 5))
+            if r == 2:  # a new journal between passes
+                with sej.Writer(os.path.join(src, "q.1.001"), segment_size=seg) as w:
+                    w.append(b"new")
+            listed.clear()
+            out = copy_all(lambda: Listing(source(src)), hub, "c1", "hub", state=state)  # type: ignore[arg-type,return-value]
+            assert all(o.error is None for o in out), [o.error for o in out]
+            assert_identical(src, hub)
+            for o in out:
+                assert o.result is not None
+                j = os.path.join(src, o.journal)
+                assert o.result.next_offset == sej.next_offset(j)
+                assert read_offset_file(os.path.join(j, "ofs", "hub.ofs")) == o.result.next_offset
+            changed = {f"p.2.00{s}" for s, n in changes if n} | ({"q.1.001"} if r == 2 else set())
+            if r > 0:
+                assert {o.journal for o in out if o.result and o.result.messages} == changed
+                assert set(listed) <= changed  # an unchanged journal is probed, never listed
+    finally:
+        shutil.rmtree(tmp)

@@ -12,6 +12,8 @@ import threading
 import time
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import sej
 from sej.hub import copy_all
@@ -22,9 +24,12 @@ from testing.timing import scaled
 from .conftest import REPO, popen_python, soak_rounds
 from .test_hub_copy import (
     PacedProducer,
+    Rounds,
     assert_identical,
     assert_prefix,
+    passes_that_remember,
     produce,
+    rounds_of_changes,
     start_producer,
     stop_producer,
 )
@@ -434,3 +439,14 @@ def test_sej_hub_logs_a_reset_before_the_banner_without_a_traceback(tmp_path) ->
     assert "Traceback" not in p.stderr and 'File "' not in p.stderr
     assert f"client s: u@127.0.0.1:{server.port}: connection reset by the peer before the SSH banner" in p.stderr
     assert error_lines(p.stderr, "sej-hub") == ["sej-hub: error: 1 failures in 1 of 1 clients (see the log above)"]
+
+
+@settings(max_examples=8, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(rounds_of_changes, st.sampled_from([200, 5000]))
+def test_passes_that_remember_copy_every_change_between_them_over_ssh(sshd, rounds: Rounds, seg: int) -> None:
+    """The same over SFTP: the probe, the listing, the read-ahead and the commits as pipelined requests."""
+    client = connect_to(sshd)
+    try:
+        passes_that_remember(rounds, seg, lambda root: sftp_sources(client, root, "test")())
+    finally:
+        client.close()

@@ -282,7 +282,7 @@ def copy_all(
                     p.data = {}  # the bytes are written: free them before the next round
                     outcomes[p.journal] = outcome
                 with took("commit"):
-                    _commit(lister, [(p, o, src) for p, o, src in done], reader, state, outcomes)
+                    _commit(lambda calls: _spread(pool, own_source, calls, workers), done, reader, state, outcomes)
         log.debug("%s: %d journals, %d probed unchanged; %s", lister.describe(""), len(journals),
                   len(plans) - len(work), took)  # fmt: skip
         return [outcomes[j] for j in journals if j in outcomes]
@@ -304,6 +304,8 @@ def _probe(lister: Source, plans: list[_Plan], outcomes: dict[str, JournalOutcom
     for k, p in enumerate(known):
         assert p.tail is not None
         size, following = sizes[2 * k], sizes[2 * k + 1]
+        if segment_name(p.tail.next_offset) == p.tail.segment:
+            following = None  # the hub's last segment is empty: it is the next one itself
         if size == p.tail.size and following is None:
             t = p.tail
             outcomes[p.journal] = JournalOutcome(p.journal, CopyResult(p.journal, p.dest_dir, 0, 0, t.next_offset,
@@ -363,8 +365,18 @@ def _read(lister: Source, batch: list[_Plan]) -> None:
             p.data[name] = (start, got, to_end and len(got) == size)
 
 
+def _spread(pool: ThreadPoolExecutor, own_source: Callable[[], Source], calls: list[Call], ways: int) -> list[Any]:
+    """`many(calls)` split over the workers' sources (SFTP channels): a producer's sftp-server answers one
+    channel's requests one after the other, so its fsyncs of the offset files run `ways` at once."""
+    if not calls:
+        return []
+    n = -(-len(calls) // max(1, ways))
+    parts = [calls[i : i + n] for i in range(0, len(calls), n)]
+    return [r for got in pool.map(lambda part: own_source().many(part), parts) for r in got]
+
+
 def _commit(
-    lister: Source,
+    many: Callable[[list[Call]], list[Any]],
     done: list[tuple[_Plan, JournalOutcome, Prefetched]],
     reader: str,
     state: CopyState,
@@ -381,7 +393,7 @@ def _commit(
             asked.append((p, o, src.commit))
         elif o.result is not None and p.committed is not None:
             state.committed[p.journal] = p.committed
-    for (p, _o, value), got in zip(asked, lister.many(calls) if calls else [], strict=True):
+    for (p, _o, value), got in zip(asked, many(calls), strict=True):
         if isinstance(got, BaseException):
             log.error("%s", got)
             state.committed.pop(p.journal, None)
