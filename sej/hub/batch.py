@@ -8,7 +8,9 @@ journal at once (Source.many, whose SFTP requests are in flight together):
 1. probe: for each journal whose state the last pass left (`CopyState`), the size of the
    hub's last segment on the source and whether the next segment exists (two lstats). Same
    size and no next segment: nothing to copy, and nothing else is asked (a writer names its
-   next segment by the offset after the last message of this one, which the hub has);
+   next segment by the offset after the last message of this one, which the hub has). Grown
+   and no next segment: copy that segment without listing the journal, then look for the
+   segment named by the hub's new next offset, and list and copy again if it exists;
 2. list the segments of the other journals, and read their hub offsets if unknown;
 3. read the new bytes (with the CHECK_WINDOW bytes before them that copy_journal compares),
    in rounds of about PREFETCH_PER_ROUND bytes;
@@ -38,6 +40,9 @@ log = logging.getLogger("sej.hub")
 
 PREFETCH_PER_JOURNAL = 4 << 20
 """Bytes of one journal read ahead in a pass; the rest of a big copy is read by copy_journal itself."""
+
+MAX_FOLLOW_UPS = 2
+"""Times a pass looks again at journals whose writer rolled over while it copied (a pass is bounded)."""
 
 PREFETCH_PER_ROUND = 64 << 20
 """Bytes read ahead for all journals at once: a pass handles its journals in rounds of about this much."""
@@ -169,6 +174,7 @@ class _Plan:
         self.segments: list[SourceSegment] | None = None  # the source's, as listed (or probed)
         self.reads: list[tuple[str, int, int, bool]] = []  # (segment, start, size, to the end as listed)
         self.data: dict[str, tuple[int, bytes, bool]] = {}
+        self.grown = False  # probed: only its hub's last segment grew, so it was not listed
 
     def plan_reads(self) -> int:
         """Plan the reads of what the hub lacks, up to PREFETCH_PER_JOURNAL bytes; the bytes planned."""
@@ -258,33 +264,42 @@ def copy_all(
         took = _Phases()
         with took("probe"):
             work = _probe(lister, plans, outcomes)
-        with took("list"):
-            _list(lister, work, reader)
+        unchanged = len(plans) - len(work)
         with ThreadPoolExecutor(max_workers=max(1, min(workers, len(work) or 1))) as pool:
-            for batch in _rounds(work):
-                if stop is not None and stop.is_set():
+            for _ in range(MAX_FOLLOW_UPS + 1):
+                with took("list"):
+                    _list(lister, work, reader)
+                grown: list[_Plan] = []
+                for batch in _rounds(work):
+                    if stop is not None and stop.is_set():
+                        break
+                    with took("read"):
+                        _read(lister, batch)
+
+                    def one(p: _Plan) -> tuple[_Plan, JournalOutcome, Prefetched]:
+                        src = Prefetched(own_source(), p.segments, p.data, p.committed)
+                        try:
+                            result = copy_journal(src, p.journal, dest_root, client_id, reader, stop, on_bytes)
+                            return p, JournalOutcome(p.journal, result, None), src
+                        except Exception as e:  # reported per journal; the others go on
+                            log.error("%s", e)
+                            return p, JournalOutcome(p.journal, None, e), src
+
+                    with took("copy"):
+                        done = list(pool.map(one, batch))
+                    for p, outcome, _src in done:
+                        p.data = {}  # the bytes are written: free them before the next round
+                        outcomes[p.journal] = _added(outcomes.get(p.journal), outcome)
+                        if p.grown and outcome.result is not None:
+                            grown.append(p)
+                    with took("commit"):
+                        _commit(lambda calls: _spread(pool, own_source, calls, workers), done, reader, state, outcomes)
+                with took("probe"):
+                    work = _rolled_over(lister, grown, state)
+                if not work:
                     break
-                with took("read"):
-                    _read(lister, batch)
-
-                def one(p: _Plan) -> tuple[_Plan, JournalOutcome, Prefetched]:
-                    src = Prefetched(own_source(), p.segments, p.data, p.committed)
-                    try:
-                        result = copy_journal(src, p.journal, dest_root, client_id, reader, stop, on_bytes)
-                        return p, JournalOutcome(p.journal, result, None), src
-                    except Exception as e:  # reported per journal; the others go on
-                        log.error("%s", e)
-                        return p, JournalOutcome(p.journal, None, e), src
-
-                with took("copy"):
-                    done = list(pool.map(one, batch))
-                for p, outcome, _src in done:
-                    p.data = {}  # the bytes are written: free them before the next round
-                    outcomes[p.journal] = outcome
-                with took("commit"):
-                    _commit(lambda calls: _spread(pool, own_source, calls, workers), done, reader, state, outcomes)
-        log.debug("%s: %d journals, %d probed unchanged; %s", lister.describe(""), len(journals),
-                  len(plans) - len(work), took)  # fmt: skip
+        log.debug("%s: %d journals, %d probed unchanged; %s", lister.describe(""), len(journals), unchanged,
+                  took)  # fmt: skip
         return [outcomes[j] for j in journals if j in outcomes]
     finally:
         for s in sources:
@@ -310,12 +325,34 @@ def _probe(lister: Source, plans: list[_Plan], outcomes: dict[str, JournalOutcom
             t = p.tail
             outcomes[p.journal] = JournalOutcome(p.journal, CopyResult(p.journal, p.dest_dir, 0, 0, t.next_offset,
                                                                        t.segment, t.size), None)  # fmt: skip
-        else:
-            # It grew (and may have rolled over since: the next segment is named by the first
-            # offset the hub lacks only when the hub had all of this one), rolled over, is gone,
-            # or an error: list it (copy_journal reports errors as its own).
+        elif isinstance(size, int) and size > p.tail.size and following is None:
+            # It grew. The writer may have rolled over since (to a segment named by the offset after
+            # this one's last message): copy this one, then _rolled_over looks for that name.
+            p.segments = [SourceSegment(parse_segment_name(p.tail.segment) or 0, p.tail.segment, size)]
+            p.grown = True
+            work.append(p)
+        else:  # rolled over, gone, or an error: list it (copy_journal reports errors as its own)
             work.append(p)
     return work
+
+
+def _rolled_over(lister: Source, grown: list[_Plan], state: CopyState) -> list[_Plan]:
+    """Plans (to be listed) for the grown journals whose writer has rolled over to a next segment."""
+    tails = [state.tails[p.journal] for p in grown]
+    calls: list[Call] = [("size", p.journal, segment_name(t.next_offset)) for p, t in zip(grown, tails, strict=True)]
+    out = []
+    for p, t, got in zip(grown, tails, lister.many(calls) if calls else [], strict=True):
+        if got is not None and segment_name(t.next_offset) != t.segment:
+            out.append(_Plan(p.journal, p.dest_dir, t, state.committed.get(p.journal)))
+    return out
+
+
+def _added(before: JournalOutcome | None, after: JournalOutcome) -> JournalOutcome:
+    """A journal's outcome over two copies in one pass: the messages and bytes of both."""
+    if before is None or before.result is None or after.result is None:
+        return after
+    b, a = before.result, after.result
+    return after._replace(result=a._replace(messages=b.messages + a.messages, bytes=b.bytes + a.bytes))
 
 
 def _list(lister: Source, work: list[_Plan], reader: str) -> None:
