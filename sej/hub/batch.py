@@ -39,7 +39,7 @@ from .source import Call, Source, SourceSegment
 log = logging.getLogger("sej.hub")
 
 PREFETCH_PER_JOURNAL = 4 << 20
-"""Bytes of one journal read ahead in a pass; the rest of a big copy is read by copy_journal itself."""
+"""The most bytes of one journal read ahead in a pass; a bigger copy is read by copy_journal itself."""
 
 MAX_FOLLOW_UPS = 2
 """Times a pass looks again at journals whose writer rolled over while it copied (a pass is bounded)."""
@@ -176,23 +176,23 @@ class _Plan:
         self.data: dict[str, tuple[int, bytes, bool]] = {}
         self.grown = False  # probed: only its hub's last segment grew, so it was not listed
 
-    def plan_reads(self) -> int:
-        """Plan the reads of what the hub lacks, up to PREFETCH_PER_JOURNAL bytes; the bytes planned."""
+    def plan_reads(self) -> None:
+        """Plan the reads of what the hub lacks, if that is at most PREFETCH_PER_JOURNAL bytes.
+
+        A bigger copy is not read ahead at all: copy_journal reads it in large requests on its
+        worker's own channel, several journals at once, and nothing is read twice.
+        """
         assert self.segments is not None
         have_name, have_size = _hub_tail(self.dest_dir)
-        budget = PREFETCH_PER_JOURNAL
+        reads = []
         for seg in self.segments:
             if have_name and seg.name < have_name:
                 continue  # before the hub's last segment: copied already
             start = max(0, have_size - CHECK_WINDOW) if seg.name == have_name else 0
-            size = min(seg.size - start, budget)
-            if size <= 0:
-                continue
-            self.reads.append((seg.name, start, size, start + size == seg.size))
-            budget -= size
-            if budget <= 0:
-                break
-        return PREFETCH_PER_JOURNAL - budget
+            if seg.size > start:
+                reads.append((seg.name, start, seg.size - start, True))
+        if sum(r[2] for r in reads) <= PREFETCH_PER_JOURNAL:
+            self.reads = reads
 
 
 def _hub_tail(dest_dir: str) -> tuple[str, int]:

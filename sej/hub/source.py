@@ -40,6 +40,9 @@ READ_RANGE = 255 << 10
 """Bytes per SFTP read request and readv range (OpenSSH's sftp-server serves at most 256 KiB less a header)."""
 
 
+BULK_READ = 1 << 20
+"""Reads bigger than this go through paramiko's readv; smaller ones are pipelined operations."""
+
 CONNECT_TIMEOUT = 15.0
 """Seconds for a TCP connection, the SSH banner and authentication."""
 
@@ -378,7 +381,26 @@ class SftpSource:
         return self._call(self._size(journal, name), self._path(journal, SEGMENT_DIR, name))
 
     def read(self, journal: str, name: str, pos: int, size: int) -> bytes:
-        return self._call(self._read(journal, name, pos, size), self._path(journal, SEGMENT_DIR, name))
+        path = self._path(journal, SEGMENT_DIR, segment_name(check_segment_name(name)))
+        if size <= BULK_READ:
+            return self._call(self._read_file(path, pos, size), path)
+        # A big read: paramiko's readv sends the requests from a thread of its own while this one
+        # takes the replies, 10-15% faster (measured) than one thread doing both (sej.hub.pipeline).
+        try:
+            (attrs,) = self._pipe.one(self._lstats(path))
+            self._is(path, attrs, stat.S_ISREG, "a regular file")  # never open a FIFO: it would hang the server
+            with self.sftp.open(path, "rb") as f:
+                f.MAX_REQUEST_SIZE = READ_RANGE  # OpenSSH serves reads up to 255 KiB; paramiko asks 32 KiB
+                opened = f.stat()
+                if not stat.S_ISREG(opened.st_mode or 0):
+                    raise UnsafeFileError(f"{self.label}:{path}", kind(opened.st_mode or 0))
+                end = min(pos + size, opened.st_size or 0)
+                # Many 256 KiB ranges, not one big one: paramiko grows one range's buffer by
+                # concatenation, quadratic in its size.
+                ranges = [(p, min(READ_RANGE, end - p)) for p in range(pos, end, READ_RANGE)]
+                return b"".join(f.readv(ranges)) if ranges else b""
+        except self._errors as e:
+            raise SourceError(f"{self.label}:{path}: {e}") from None
 
     def read_offset(self, journal: str, reader: str) -> int | None:
         path = self._path(journal, OFFSET_DIR, offset_file_name(reader))
