@@ -18,10 +18,14 @@ def first_offset(dir: str | os.PathLike[str]) -> int:
     return segments[0].first_offset if segments else 0
 
 
-def next_offset(dir: str | os.PathLike[str]) -> int:
-    """Offset the next appended message will get: one past the last whole, valid message."""
+def next_offset(dir: str | os.PathLike[str], segments: list[Segment] | None = None) -> int:
+    """Offset the next appended message will get: one past the last whole, valid message.
+
+    `segments`: the journal's segments if the caller has just listed them.
+    """
     path = journal_path(dir)
-    segments = list_segments(path)
+    if segments is None:
+        segments = list_segments(path)
     if not segments:
         return 0
     w = last_walk(path, segments[-1])

@@ -25,6 +25,7 @@ from .results import Result
 from .scan import bench_scan, sej_scan
 from .sharded import bench_sharded
 from .spark import bench_spark_read, spark_missing, spark_read_all, write_spark_root
+from .spark_scale import bench_spark_scale
 from .sqlite import bench_sqlite
 from .writes import bench_writes, check_same_bytes, sej_append, sej_append_many
 
@@ -51,6 +52,7 @@ STEPS: tuple[tuple[tuple[str, ...], str, Run], ...] = (
     (("hub_copy",), "benchmark 10: hub copy over SSH", alone(bench_hub_copy)),
     (("hub_latency",), "benchmark 11: append-to-hub latency", alone(bench_hub_latency)),
     (("spark_read",), "benchmark 12: Spark read throughput", alone(bench_spark_read)),
+    (("spark_scale",), "benchmark 13: Spark over many small journals", alone(bench_spark_scale)),
 )
 BENCHMARKS = tuple(name for names, _, _ in STEPS for name in names)
 

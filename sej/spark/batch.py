@@ -84,7 +84,7 @@ class SejBatchReader(DataSourceReader):
             if not segments:
                 continue
             lo = segments[0].first_offset
-            hi = next_offset(src.path)
+            hi = next_offset(src.path, segments)
             s = -1 if isinstance(self.starting, str) else self.starting.get(src.name, -2)
             if s >= 0:
                 lo = max(lo, s)

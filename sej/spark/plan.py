@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import glob
 import os
+import stat
 from collections.abc import Sequence
 from typing import NamedTuple
 
 from pyspark.sql.datasource import InputPartition
 
-from ..errors import InvalidArgumentError
-from ..fsutil import open_file
+from ..errors import InvalidArgumentError, UnsafeFileError
+from ..fsutil import kind, open_file
 from ..layout import Segment, index_path, list_segments
 from ..segment import seek_index
 from ..shard.name import is_shard_name
@@ -202,10 +203,13 @@ def plan_range(
 
 def _cuts(jpath: str, seg: Segment, is_last: bool, max_bytes: int) -> list[tuple[int, int, int]]:
     """(start byte, first offset, end byte) pieces of a segment, cut at index entries every ~max_bytes."""
+    st = os.lstat(seg.path)  # the size of a small segment needs no open
+    if not stat.S_ISREG(st.st_mode):
+        raise UnsafeFileError(seg.path, kind(st.st_mode))
+    if st.st_size <= max_bytes:
+        return [(0, seg.first_offset, st.st_size)]
     with open_file(seg.path) as f:
         size = os.fstat(f.fileno()).st_size
-        if size <= max_bytes:
-            return [(0, seg.first_offset, size)]
         index = seek_index(index_path(jpath, seg.first_offset), seg, f.fileno(), size, is_last)
     cuts = [(0, seg.first_offset)]
     for k in range(len(index)):

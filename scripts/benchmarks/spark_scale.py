@@ -1,0 +1,225 @@
+"""Benchmark 13: Spark over a hub root of many small journals (packed into few tasks) vs Parquet, a file per journal."""
+
+from __future__ import annotations
+
+import os
+import statistics
+from pathlib import Path
+
+import sej
+
+from .common import Config, fresh, log, perf_counter
+from .results import Result, Row, fmt_list, ratio, verdict
+from .spark import spark_missing, spark_query
+
+SCALE_JOURNALS = (10, 100, 1000)  # the series of the plot
+SCALE_ROWS = 770  # rows per journal: 2 segments of ~50 KB each, ~100 MB at 1,000 journals
+SCALE_SEGMENT = 52_000
+PLAN_JOURNALS = 5000  # x 2 segments: the planning benchmark's 10,000 segments
+PLOT = "spark_scale.png"  # written into docs/, next to benchmarks.md
+
+
+def write_hub_root(root: Path, journals: int, pq: Path | None) -> int:
+    """`journals` hub journals (`c<k>.ev.a.<k>`) of SCALE_ROWS random 100-byte values in 2 segments each;
+    the same rows as Parquet, one file per journal, into `pq`. Returns the number of segments."""
+    import pyarrow as pa
+    import pyarrow.parquet as papq
+
+    from sej.spark.batch import SejBatchReader
+    from sej.spark.read import read_partition
+    from sej.spark.schema import ARROW_SCHEMA
+
+    segments = 0
+    for k in range(journals):
+        path = root / f"c{k:04d}.ev.a.{k % 1024:03x}"
+        blob = os.urandom(100 * SCALE_ROWS)
+        with sej.Writer(path, segment_size=SCALE_SEGMENT) as w:
+            for i in range(SCALE_ROWS):
+                w.append(blob[i * 100 : (i + 1) * 100], key=b"key-%04d" % (i % 4096), type=i & 3)
+        segments += len(sej.list_segments(path))
+        if pq is not None:
+            batches = [b for p in SejBatchReader({"path": str(path)}).partitions() for b in read_partition(p)]
+            table = pa.Table.from_batches(batches, ARROW_SCHEMA)
+            client, shard = path.name.split(".", 1)  # as a read of the whole root names them
+            table = table.set_column(0, "client", pa.array([client] * len(table), pa.string()))
+            table = table.set_column(1, "shard", pa.array([shard] * len(table), pa.string()))
+            papq.write_table(table, pq / f"{path.name}.parquet")
+    return segments
+
+
+def bench_spark_scale(cfg: Config, scratch: Path) -> list[Result]:
+    """Hub roots of 10, 100 and 1,000 small journals: count() and a full read, sej (packed and one task per
+    segment) against Parquet (one file per journal); and the planning time of 10,000 segments."""
+    missing = spark_missing()
+    if missing is not None:
+        log(f"  {missing}: skipped")
+        return []
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    from sej.spark import spark_session
+    from sej.spark.batch import SejBatchReader
+
+    reps = 2 if cfg.quick else 3
+    series = SCALE_JOURNALS[:2] if cfg.quick else SCALE_JOURNALS
+    roots: dict[int, tuple[Path, Path, int]] = {}
+    for n in series:
+        root, pq = fresh(scratch / f"scale-sej-{n}"), fresh(scratch / f"scale-pq-{n}")
+        pq.mkdir(parents=True)
+        roots[n] = (root, pq, write_hub_root(root, n, pq))
+    plan_root = fresh(scratch / "scale-plan")
+    plan_segments = write_hub_root(plan_root, PLAN_JOURNALS // (10 if cfg.quick else 1), None)
+
+    # Planning in this process: the partitions of 10,000 segments (the first call lists and stats
+    # every segment with the page cache warm from writing; the second is the same again).
+    t_plan_inproc = []
+    for _ in range(3):
+        t0 = perf_counter()
+        parts = SejBatchReader({"path": str(plan_root)}).partitions()
+        t_plan_inproc.append(perf_counter() - t0)
+
+    spark = spark_session("sej-bench-scale", "local[2]", **{"spark.ui.enabled": "false",
+                                                           "spark.sql.shuffle.partitions": "2"})  # fmt: skip
+    try:
+        spark.sparkContext.setLogLevel("ERROR")
+        # Planning in Spark: the session's first query (Spark's own first-query costs and the start of the
+        # Python worker that plans included), then warm.
+        t_plan_spark = []
+        for _ in range(4):
+            t0 = perf_counter()
+            plan_parts = spark.read.format("sej").load(str(plan_root)).rdd.getNumPartitions()
+            t_plan_spark.append(perf_counter() - t0)
+        unpacked = {"openCostInBytes": str(1 << 30)}  # each piece outweighs a task: every segment its own task
+        times: dict[tuple[int, str, str], list[float]] = {}
+        tasks: dict[tuple[int, str], int] = {}
+        for n, (root, pq, segs) in roots.items():
+            sources = {
+                "parquet": lambda pq=pq: spark.read.parquet(str(pq)),
+                "sej": lambda root=root: spark.read.format("sej").load(str(root)),
+                "sej, one task per segment": lambda root=root: (
+                    spark.read.format("sej").options(**unpacked).load(str(root))
+                ),
+            }
+            want = spark_query(sources["sej"]())  # warm-up, and the answer every run must give
+            assert want[0] == n * SCALE_ROWS, want
+            for name, make in sources.items():
+                tasks[(n, name)] = make().rdd.getNumPartitions()
+            assert tasks[(n, "sej, one task per segment")] == segs, (tasks, segs)
+            for rep in range(reps):
+                for name, make in sources.items():
+                    if name == "sej, one task per segment" and (n < max(series) or rep > 0):
+                        continue  # slow (a Python worker round trip per task): once, at the largest size
+                    if name.startswith("sej, Spark's") and n < max(series):
+                        continue
+                    for query in ("count", "read"):
+                        t0 = perf_counter()
+                        got = make().count() if query == "count" else spark_query(make())
+                        times.setdefault((n, name, query), []).append(perf_counter() - t0)
+                        assert (got == n * SCALE_ROWS) if query == "count" else (got == want), (name, got)
+            log(f"  {n} journals done")
+    finally:
+        spark.stop()
+    sej_mb = sum(f.stat().st_size for f in roots[max(series)][0].rglob("*.jnl")) / 1e6
+    pq_mb = sum(f.stat().st_size for f in roots[max(series)][1].glob("*.parquet")) / 1e6
+    for d in [plan_root, *(p for r in roots.values() for p in r[:2])]:
+        fresh(d)
+
+    big = max(series)
+    best = {k: min(v) for k, v in times.items()}
+    r_read = best[(big, "parquet", "read")] / best[(big, "sej", "read")]
+    r_count = best[(big, "parquet", "count")] / best[(big, "sej", "count")]
+    plan_first, plan_warm = t_plan_spark[0], statistics.median(t_plan_spark[1:])
+    rows = []
+    for n in series:
+        for query, what in (("count", "`count()`"), ("read", "full read (one aggregate over every column)")):
+            ours, theirs = best[(n, "sej", query)], best[(n, "parquet", query)]
+            rows.append(Row(f"{n:,} journals, {what}: sej ({tasks[(n, 'sej')]} tasks) vs Parquet "
+                            f"({tasks[(n, 'parquet')]} tasks)", f"{ours:.2f} s", f"{theirs:.2f} s",
+                            ratio(theirs / ours), "≤ 2x Parquet's time (≥ 0.5x)" if n == big else "—",
+                            verdict(theirs / ours >= 0.5) if n == big else "info"))  # fmt: skip
+    spark_cost = "sej, Spark's open cost (4 MiB)"
+    for query in ("count", "read"):
+        t1 = best[(big, spark_cost, query)]
+        rows.append(Row(f"{big:,} journals, {'`count()`' if query == 'count' else 'full read'} with Spark's "
+                        f"`openCostInBytes` of 4 MiB ({tasks[(big, spark_cost)]:,} tasks)",
+                        f"{t1:.2f} s", f"{best[(big, 'parquet', query)]:.2f} s",
+                        ratio(best[(big, "parquet", query)] / t1)))  # fmt: skip
+    for query in ("count", "read"):
+        t1 = best[(big, "sej, one task per segment", query)]
+        rows.append(Row(f"{big:,} journals, {'`count()`' if query == 'count' else 'full read'} before packing "
+                        f"(one task per segment, {tasks[(big, 'sej, one task per segment')]:,} tasks)",
+                        f"{t1:.2f} s", f"{best[(big, 'parquet', query)]:.2f} s",
+                        ratio(best[(big, "parquet", query)] / t1)))  # fmt: skip
+    plan_ok = plan_first < 2 and plan_warm < 2
+    rows.append(Row(f"planning {plan_segments:,} segments under one root, first query of a session / warm",
+                    f"{plan_first:.2f} s / {plan_warm:.2f} s", "—", "—", "< 2 s both", verdict(plan_ok)))  # fmt: skip
+    summary = Row(
+        f"{big:,} journals, full read: sej vs Parquet (one file per journal)",
+        f"{best[(big, 'sej', 'read')]:.2f} s",
+        f"{best[(big, 'parquet', 'read')]:.2f} s",
+        ratio(r_read),
+        "≤ 2x Parquet's time; planning < 2 s",
+        verdict(r_read >= 0.5 and r_count >= 0.5 and plan_ok),
+    )
+    plot_note = _plot(series, best)
+    return [
+        Result(
+            "spark_scale",
+            "13. Spark over many small journals (`local[2]`)",
+            [
+                f"Hub roots of {', '.join(f'{n:,}' for n in series)} journals (`<client>.ev.a.<index>`), each "
+                f"{SCALE_ROWS} messages (random 100-byte values, 8-byte keys, types 0-3) in 2 segments of about "
+                f"{SCALE_SEGMENT // 1000} KB: {sej_mb:.0f} MB at {big:,} journals. The same rows in Parquet, one "
+                f"file per journal written by pyarrow ({pq_mb:.0f} MB at {big:,}), as a job that converted each "
+                "journal would leave them.",
+                "One SparkSession (`local[2]`, UI off). Each run is a new DataFrame and one query: `count()`, or "
+                "the aggregate over every column of benchmark 12 (sums of key and value lengths, so every byte "
+                "is read). Tasks: `df.rdd.getNumPartitions()`. sej packs small segments of any journals into a "
+                "task as Spark packs small files (`maxBytesPerPartition` 128 MiB, `openCostInBytes` 256 KiB, "
+                '`minPartitions` = cores); "before packing" is the same read with `openCostInBytes` = 1 GiB: every '
+                "segment then weighs more than a task holds and gets a task of its own, as every read did before.",
+                f"Planning: a root of {plan_segments // 2:,} journals x 2 segments. In Spark, "
+                "`spark.read.format('sej').load(root).rdd.getNumPartitions()`: the first is the session's first "
+                "query (Spark starts the Python worker that plans), then warm. In this process, "
+                "`SejBatchReader(...).partitions()`.",
+            ],
+            rows,
+            [
+                f"Best of {reps} runs each (before packing: one run). All runs (s): "
+                + "; ".join(f"{n:,} {name} {q}: {fmt_list(v)}" for (n, name, q), v in sorted(times.items()))
+                + ".",
+                f"Planning in Spark (s): {fmt_list(t_plan_spark)} ({plan_parts} partitions); in this process: "
+                f"{fmt_list(t_plan_inproc)} ({len(parts)} partitions), medians "
+                f"{statistics.median(t_plan_spark):.2f} s and {statistics.median(t_plan_inproc):.2f} s.",
+                plot_note,
+            ],
+            summary,
+        )
+    ]
+
+
+def _plot(series: tuple[int, ...], best: dict[tuple[int, str, str], float]) -> str:
+    """docs/spark_scale.png: full-read time against journals, sej and Parquet; a note saying so."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "No plot: matplotlib is not installed (`pip install '.[bench]'`)."
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
+    for name, style in (("sej", "o-"), ("parquet", "s--")):
+        ax.plot(series, [best[(n, name, "read")] for n in series], style, label=name)
+    big = max(series)
+    if (big, "sej, one task per segment", "read") in best:
+        ax.plot([big], [best[(big, "sej, one task per segment", "read")]], "x", label="sej, one task per segment")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("journals (2 segments each)")
+    ax.set_ylabel("full read, best run (s)")
+    ax.set_title("Spark local[2]: a hub root of small journals")
+    ax.legend()
+    ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(docs / PLOT)
+    plt.close(fig)
+    return f"![full-read time against the number of journals, sej and Parquet]({PLOT})"
