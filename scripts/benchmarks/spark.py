@@ -44,9 +44,9 @@ def write_spark_root(root: Path, n: int) -> None:
 def spark_read_all(root: Path) -> int:
     """Benchmark 12's decoding without Spark: `read_part` of every partition, in this process; the row count."""
     from sej.spark.batch import SejBatchReader
-    from sej.spark.read import read_part
+    from sej.spark.read import read_partition
 
-    return sum(b.num_rows for p in SejBatchReader({"path": str(root)}).partitions() for b in read_part(p))
+    return sum(b.num_rows for p in SejBatchReader({"path": str(root)}).partitions() for b in read_partition(p))
 
 
 def spark_cpu() -> tuple[float, float]:

@@ -47,6 +47,34 @@ def write_hub_root(root: Path, journals: int, pq: Path | None) -> int:
     return segments
 
 
+FIRST_QUERY = r"""
+import sys, time
+from sej.spark import spark_session
+spark = spark_session("sej-bench-first", "local[2]", **{"spark.ui.enabled": "false"})
+spark.sparkContext.setLogLevel("ERROR")
+spark.range(1000).selectExpr("sum(id)").collect()  # the JVM's own first query
+t0 = time.perf_counter()
+spark.read.format("sej").load(sys.argv[1]).rdd.getNumPartitions()
+print(time.perf_counter() - t0)
+spark.stop()
+"""
+
+
+def first_query_fixed_cost(scratch: Path) -> float:
+    """Seconds of the first sej query's planning of a one-message journal, in a new session whose JVM has
+    already run a query: what Spark's Python data source machinery costs a first query, whatever the root."""
+    import subprocess
+    import sys
+
+    one = fresh(scratch / "scale-one")
+    with sej.Writer(one) as w:
+        w.append(b"x")
+    out = subprocess.run([sys.executable, "-c", FIRST_QUERY, str(one)], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})  # fmt: skip
+    fresh(one)
+    return float(out.stdout.split()[-1])
+
+
 def bench_spark_scale(cfg: Config, scratch: Path) -> list[Result]:
     """Hub roots of 10, 100 and 1,000 small journals: count() and a full read, sej (packed and one task per
     segment) against Parquet (one file per journal); and the planning time of 10,000 segments."""
@@ -65,6 +93,7 @@ def bench_spark_scale(cfg: Config, scratch: Path) -> list[Result]:
         root, pq = fresh(scratch / f"scale-sej-{n}"), fresh(scratch / f"scale-pq-{n}")
         pq.mkdir(parents=True)
         roots[n] = (root, pq, write_hub_root(root, n, pq))
+    fixed = first_query_fixed_cost(scratch)
     plan_root = fresh(scratch / "scale-plan")
     plan_segments = write_hub_root(plan_root, PLAN_JOURNALS // (10 if cfg.quick else 1), None)
 
@@ -96,6 +125,9 @@ def bench_spark_scale(cfg: Config, scratch: Path) -> list[Result]:
                 "sej": lambda root=root: spark.read.format("sej").load(str(root)),
                 "sej, one task per segment": lambda root=root: (
                     spark.read.format("sej").options(**unpacked).load(str(root))
+                ),
+                "sej, Spark's open cost (4 MiB)": lambda root=root: (
+                    spark.read.format("sej").option("openCostInBytes", str(4 << 20)).load(str(root))
                 ),
             }
             want = spark_query(sources["sej"]())  # warm-up, and the answer every run must give
@@ -186,6 +218,11 @@ def bench_spark_scale(cfg: Config, scratch: Path) -> list[Result]:
                 f"Best of {reps} runs each (before packing: one run). All runs (s): "
                 + "; ".join(f"{n:,} {name} {q}: {fmt_list(v)}" for (n, name, q), v in sorted(times.items()))
                 + ".",
+                f"What a first query costs whatever the root: in a new session whose JVM has already run a query "
+                f"(`spark.range`), planning a journal of one message takes {fixed:.2f} s. Spark starts two "
+                "Python daemons for it, `pyspark.daemon pyspark.sql.worker.create_data_source` (the schema) and "
+                "`... plan_data_source_read` (the partitions), about 1.2 s each (seen by hand with a logging "
+                "PYSPARK_PYTHON; a user-given schema does not spare the first). "
                 f"Planning in Spark (s): {fmt_list(t_plan_spark)} ({plan_parts} partitions); in this process: "
                 f"{fmt_list(t_plan_inproc)} ({len(parts)} partitions), medians "
                 f"{statistics.median(t_plan_spark):.2f} s and {statistics.median(t_plan_inproc):.2f} s.",
