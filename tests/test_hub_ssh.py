@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sej
-from sej.hub import copy_all
+from sej.hub import LocalSource, SourceError, copy_all
 from sej.hub.ssh import HostKeyError, connect, resolve, sftp_sources
 from sej.offset import read_offset_file
 from testing.timing import scaled
@@ -448,5 +448,45 @@ def test_passes_that_remember_copy_every_change_between_them_over_ssh(sshd, roun
     client = connect_to(sshd)
     try:
         passes_that_remember(rounds, seg, lambda root: sftp_sources(client, root, "test")())
+    finally:
+        client.close()
+
+
+def test_many_calls_in_flight_give_each_its_own_result_or_error(sshd, tmp_path) -> None:
+    """Source.many over SFTP (sej.hub.pipeline): more calls than the window, results in order, and a
+    failing call (missing, a FIFO, a symlink) fails alone with the error the single call raises."""
+    src = str(tmp_path / "src")
+    produce(src, 400, segment_size=2000)
+    local = LocalSource(src)
+    calls: list[tuple] = []  # type: ignore[type-arg]
+    for j in ("p.2.001", "p.2.002", "p.2.003"):
+        for seg in local.segments(j):
+            calls += [("size", j, seg.name), ("read", j, seg.name, 7, 500)]
+        calls += [("segments", j), ("read_offset", j, "nobody")]
+    want = [getattr(local, c[0])(*c[1:]) for c in calls]
+    jdir = os.path.join(src, "p.2.000", "jnl")
+    os.mkfifo(os.path.join(jdir, "00000000000000ff.jnl"))
+    os.symlink("/etc/passwd", os.path.join(jdir, "00000000000000fe.jnl"))
+    calls += [("size", "p.2.000", "0000000000abcdef.jnl"), ("read", "p.2.000", "00000000000000ff.jnl", 0, 10),
+              ("read", "p.2.000", "00000000000000fe.jnl", 0, 10), ("segments", "p.2.000"),
+              ("segments", "p.9.000")]  # fmt: skip
+    client = connect_to(sshd)
+    try:
+        source = sftp_sources(client, src, "test")()
+        source._pipe.window = 3  # far fewer than the requests: they wait their turn
+        got = source.many(calls)
+        assert len(got) == len(calls) and got[: len(want)] == want
+        missing, fifo, link, listing, no_journal = got[len(want) :]
+        assert missing is None
+        assert isinstance(fifo, sej.UnsafeFileError) and "FIFO" in str(fifo)
+        assert isinstance(link, sej.UnsafeFileError) and "symlink" in str(link)
+        assert isinstance(listing, sej.UnsafeFileError) and "00000000000000f" in str(listing)
+        assert isinstance(no_journal, SourceError) and "p.9.000" in str(no_journal)
+        # A single call is a batch of one: the same answers.
+        first = local.segments("p.2.001")[0].name
+        assert source.read("p.2.001", first, 7, 500) == local.read("p.2.001", first, 7, 500)
+        with pytest.raises(sej.UnsafeFileError, match="FIFO"):
+            source.read("p.2.000", "00000000000000ff.jnl", 0, 10)
+        source.close()
     finally:
         client.close()

@@ -98,7 +98,10 @@ class Pipeline:
 
     def _async_response(self, t: int, msg: paramiko.Message, num: int) -> None:
         """paramiko's callback for a reply to one of our requests."""
-        k, slot = self._in_flight.pop(num)
+        got = self._in_flight.pop(num, None)
+        if got is None:  # a reply to a run that a transport failure ended: nothing waits for it
+            return
+        k, slot = got
         self._replies[k][slot] = (t, msg)
         self._missing[k] -= 1
         if self._missing[k] == 0:
