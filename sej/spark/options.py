@@ -23,7 +23,7 @@ OPEN_COST_IN_BYTES = 256 << 10
 
 Spark's 4 MiB models opening a file on HDFS or S3. A segment opens in tens of microseconds, and
 a task (a Python worker's round trip) is what costs: with 4 MiB a hub root of 1,000 small
-journals was read in 65 tasks and 2.1x Parquet's time, with 256 KiB in 5 tasks and faster than
+journals was read in 65 tasks and 2.5x Parquet's time, with 256 KiB in 5 tasks and faster than
 Parquet (docs/benchmarks.md, benchmark 13)."""
 
 Options = dict[str, str]
