@@ -30,8 +30,8 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
-from ..errors import InvalidArgumentError
-from ..layout import parse_segment_name, segment_dir, segment_name
+from ..errors import InvalidArgumentError, UnsafeFileError
+from ..layout import list_segments, parse_segment_name, segment_dir, segment_name
 from .copy import CHECK_WINDOW, CopyResult, copy_journal
 from .names import destination_name
 from .source import Call, Source, SourceSegment
@@ -196,18 +196,15 @@ class _Plan:
 
 
 def _hub_tail(dest_dir: str) -> tuple[str, int]:
-    """The hub's last segment of a journal (name, size); ("", 0) before its first."""
+    """The hub's last segment of a journal (name, size); ("", 0) before its first, or when the hub's copy
+    cannot be read (copy_journal then reports why)."""
     try:
-        names = [n for n in os.listdir(segment_dir(dest_dir)) if parse_segment_name(n) is not None]
-    except FileNotFoundError:
-        return "", 0
-    if not names:
-        return "", 0
-    last = max(names)
-    try:
-        return last, os.stat(os.path.join(segment_dir(dest_dir), last)).st_size
-    except FileNotFoundError:
-        return "", 0
+        segments = list_segments(dest_dir)
+        if segments:
+            return os.path.basename(segments[-1].path), os.stat(segments[-1].path).st_size
+    except (OSError, UnsafeFileError):
+        pass
+    return "", 0
 
 
 def copy_all(

@@ -204,6 +204,7 @@ class _Client:
         self.failures = 0  # failed passes in a row
         self.connects = 0  # SSH connections made (for tests and logs)
         self.skips_told: set[str] = set()  # directories under the client's root already reported as not journals
+        self.told_empty = False  # "no journal found" was reported
         self.state = CopyState()  # what the last pass learned: unchanged journals cost two lstats
         self._calls: dict[int, float] = {}  # calls to the producer under way: token -> when they started
         self._calls_lock = threading.Lock()
@@ -342,8 +343,8 @@ class _Client:
             make_source = self._sources()
             report.outcomes = copy_all(make_source, self.hub.hub_root, cid, self.hub.hub_name, self.hub.workers, stop,
                                        on_skip=self._tell_skip, state=self.state)  # fmt: skip
-            if not report.outcomes and "" not in self.skips_told:
-                self.skips_told.add("")
+            if not report.outcomes and not self.told_empty:
+                self.told_empty = True
                 log.warning("client %s: no journal found at %s", cid, self.label)
         except Exception as e:
             report.error = e

@@ -19,7 +19,7 @@ from ..errors import CorruptionError, InvalidArgumentError, SejError, UnsafeFile
 from ..fsutil import kind, open_dir, open_regular, temp_name
 from ..layout import OFFSET_DIR, SEGMENT_DIR, offset_file_name, parse_segment_name, segment_name
 from ..offset import encode_offset, parse_offset, read_offset_at, remove_stale_temps, write_offset_at
-from ..shard.name import parse_shard
+from ..shard.name import is_shard_name, parse_shard
 from .names import check_journal_name, check_segment_name
 from .pipeline import Op, expect, expect_ok
 
@@ -39,6 +39,9 @@ def _transport_errors() -> tuple[type[BaseException], ...]:
 READ_RANGE = 255 << 10
 """Bytes per SFTP read request and readv range (OpenSSH's sftp-server serves at most 256 KiB less a header)."""
 
+
+MAX_LISTED = 10_000_000
+"""The most entries a journal's jnl/ listing may have over SFTP: a reply loop must end."""
 
 BULK_READ = 1 << 20
 """Reads bigger than this go through paramiko's readv; smaller ones are pipelined operations."""
@@ -117,14 +120,6 @@ def _sort_out(name: str, mode: int, jnl: Callable[[str], int | None]) -> tuple[s
     if not stat.S_ISDIR(mode):
         return None, f"its jnl is a {kind(mode)}, not a directory"
     return name, None
-
-
-def _is_journal_name(name: str) -> bool:
-    try:
-        check_journal_name(name)
-    except InvalidArgumentError:
-        return False
-    return True
 
 
 def _valid_segments(entries: list[tuple[str, int]], where: str) -> list[SourceSegment]:
@@ -334,7 +329,7 @@ class SftpSource:
         try:
             entries = self.sftp.listdir_attr(self.root)
             # The jnl/ of every directory, at once (see sej.hub.pipeline).
-            dirs = [e.filename for e in entries if stat.S_ISDIR(e.st_mode or 0) and _is_journal_name(e.filename)]
+            dirs = [e.filename for e in entries if stat.S_ISDIR(e.st_mode or 0) and is_shard_name(e.filename)]
             got = self._pipe.run([self._lstats(posixpath.join(self.root, d, SEGMENT_DIR)) for d in dirs])
         except self._errors as e:
             raise SourceError(f"{self.label}:{self.root}: {e}") from None
@@ -447,8 +442,7 @@ class SftpSource:
         return attrs[len(paths) :]
 
     def _segments(self, journal: str) -> Op[list[SourceSegment]]:
-        from paramiko import SFTPAttributes
-        from paramiko.sftp import CMD_CLOSE, CMD_HANDLE, CMD_NAME, CMD_OPENDIR, CMD_READDIR
+        from paramiko.sftp import CMD_HANDLE, CMD_OPENDIR
 
         jdir = self._path(journal, SEGMENT_DIR)
         try:
@@ -457,32 +451,52 @@ class SftpSource:
             raise SourceError(f"{self.label}:{jdir} does not exist") from None
         (reply,) = yield [(CMD_OPENDIR, jdir.encode())]
         handle = expect(reply, CMD_HANDLE).get_binary()
+        entries = yield from self._closing(handle, self._read_dir(handle, jdir))
+        return _valid_segments(entries, jdir)
+
+    def _read_dir(self, handle: bytes, jdir: str) -> Op[list[tuple[str, int]]]:
+        """(name, size) of the segment files of an open jnl/ directory."""
+        from paramiko import SFTPAttributes
+        from paramiko.sftp import CMD_NAME, CMD_READDIR
+
         entries: list[tuple[str, int]] = []
+        listed = 0
+        while True:
+            (reply,) = yield [(CMD_READDIR, handle)]
+            try:
+                msg = expect(reply, CMD_NAME)
+            except EOFError:
+                return entries
+            count = msg.get_int()
+            listed += count
+            if count == 0 or listed > MAX_LISTED:  # no progress, or no end: stop reading this server
+                raise SourceError(f"{self.label}:{jdir}: a directory listing of {count} more entries after "
+                                  f"{listed - count}; refusing it")  # fmt: skip
+            for _ in range(count):
+                filename, _long = msg.get_text(), msg.get_text()
+                attrs = SFTPAttributes._from_msg(msg, filename)
+                if parse_segment_name(filename) is None:
+                    continue  # quarantine files, index files, anything else
+                mode = attrs.st_mode or 0
+                if stat.S_ISDIR(mode):
+                    continue  # not a segment (as in sej.layout.list_segments)
+                if not stat.S_ISREG(mode):
+                    raise UnsafeFileError(f"{self.label}:{posixpath.join(jdir, filename)}", kind(mode))
+                entries.append((filename, attrs.st_size or 0))
+
+    def _closing(self, handle: bytes, op: Op[T]) -> Op[T]:
+        """Run `op`, then close `handle`, also when `op` fails."""
+        from paramiko.sftp import CMD_CLOSE
+
         try:
-            while True:
-                (reply,) = yield [(CMD_READDIR, handle)]
-                try:
-                    msg = expect(reply, CMD_NAME)
-                except EOFError:
-                    break
-                for _ in range(msg.get_int()):
-                    filename, _long = msg.get_text(), msg.get_text()
-                    attrs = SFTPAttributes._from_msg(msg, filename)
-                    if parse_segment_name(filename) is None:
-                        continue  # quarantine files, index files, anything else
-                    mode = attrs.st_mode or 0
-                    if stat.S_ISDIR(mode):
-                        continue  # not a segment (as in sej.layout.list_segments)
-                    if not stat.S_ISREG(mode):
-                        raise UnsafeFileError(f"{self.label}:{posixpath.join(jdir, filename)}", kind(mode))
-                    entries.append((filename, attrs.st_size or 0))
+            result = yield from op
         except GeneratorExit:
             raise
         except BaseException:
             yield [(CMD_CLOSE, handle)]
             raise
         yield [(CMD_CLOSE, handle)]
-        return _valid_segments(entries, jdir)
+        return result
 
     def _size(self, journal: str, name: str) -> Op[int | None]:
         path = self._path(journal, SEGMENT_DIR, segment_name(check_segment_name(name)))
@@ -501,36 +515,35 @@ class SftpSource:
 
     def _read_file(self, path: str, pos: int, size: int) -> Op[bytes]:
         """Bytes [pos, pos + size) of a regular file (fewer at its end); never opens anything else."""
-        from paramiko import SFTPAttributes
-        from paramiko.sftp import CMD_ATTRS, CMD_CLOSE, CMD_DATA, CMD_FSTAT, CMD_READ, SFTP_FLAG_READ, int64
+        from paramiko.sftp import SFTP_FLAG_READ
 
         (attrs,) = yield from self._lstats(path)
         self._is(path, attrs, stat.S_ISREG, "a regular file")  # never open a FIFO: it would hang the server
         assert attrs is not None
         end = min(pos + size, attrs.st_size or 0)
         handle = yield from self._open(path, SFTP_FLAG_READ)
-        try:
-            # fstat and the reads go together; OpenSSH serves a read of up to 256 KiB less a header.
-            ranges = [(p, min(READ_RANGE, end - p)) for p in range(pos, end, READ_RANGE)]
-            replies = yield [(CMD_FSTAT, handle), *((CMD_READ, handle, int64(p), n) for p, n in ranges)]
-            opened = SFTPAttributes._from_msg(expect(replies[0], CMD_ATTRS))
-            if not stat.S_ISREG(opened.st_mode or 0):
-                raise UnsafeFileError(f"{self.label}:{path}", kind(opened.st_mode or 0))
-            chunks = []
-            for (_p, n), reply in zip(ranges, replies[1:], strict=True):
-                try:
-                    data = expect(reply, CMD_DATA).get_string()
-                except EOFError:  # the file shrank under us
-                    break
-                chunks.append(data)
-                if len(data) < n:
-                    break  # a short read: what follows is not contiguous
-        except GeneratorExit:
-            raise
-        except BaseException:
-            yield [(CMD_CLOSE, handle)]
-            raise
-        yield [(CMD_CLOSE, handle)]
+        return (yield from self._closing(handle, self._read_open(path, handle, pos, end)))
+
+    def _read_open(self, path: str, handle: bytes, pos: int, end: int) -> Op[bytes]:
+        """Bytes [pos, end) of an open file, checked to be a regular file (fstat) with the same reads."""
+        from paramiko import SFTPAttributes
+        from paramiko.sftp import CMD_ATTRS, CMD_DATA, CMD_FSTAT, CMD_READ, int64
+
+        # fstat and the reads go together; OpenSSH serves a read of up to 256 KiB less a header.
+        ranges = [(p, min(READ_RANGE, end - p)) for p in range(pos, end, READ_RANGE)]
+        replies = yield [(CMD_FSTAT, handle), *((CMD_READ, handle, int64(p), n) for p, n in ranges)]
+        opened = SFTPAttributes._from_msg(expect(replies[0], CMD_ATTRS))
+        if not stat.S_ISREG(opened.st_mode or 0):
+            raise UnsafeFileError(f"{self.label}:{path}", kind(opened.st_mode or 0))
+        chunks = []
+        for (_p, n), reply in zip(ranges, replies[1:], strict=True):
+            try:
+                data = expect(reply, CMD_DATA).get_string()
+            except EOFError:  # the file shrank under us
+                break
+            chunks.append(data)
+            if len(data) < n:
+                break  # a short read: what follows is not contiguous
         return b"".join(chunks)
 
     def _read(self, journal: str, name: str, pos: int, size: int) -> Op[bytes]:
