@@ -15,6 +15,7 @@ paramiko internals as paramiko's own readv (`_async_request`, `_read_response`).
 from __future__ import annotations
 
 import errno
+import struct
 from collections import deque
 from collections.abc import Generator, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -36,6 +37,12 @@ Op = Generator[list[Request], list[Reply], T]
 WINDOW = 128
 """Requests in flight at most: well inside the SSH channel windows, so sending never waits on reading."""
 
+MAX_PACKET = 4 << 20
+"""The largest SFTP reply taken (OpenSSH's are at most 256 KiB); a bigger length is a broken stream."""
+
+RECEIVE = 1 << 20
+"""Bytes taken from the channel at once: every reply that has arrived, parsed together."""
+
 
 class Pipeline:
     """Runs operations (generators of requests) over one SFTP channel with many requests in flight."""
@@ -48,6 +55,8 @@ class Pipeline:
         self._replies: dict[int, list[Reply | None]] = {}  # operation -> its replies so far
         self._missing: dict[int, int] = {}  # operation -> replies still to come
         self._complete: list[int] = []  # operations whose replies are all in
+        self._buffer = bytearray()  # received, not yet parsed
+        self._strays = 0  # replies to no request of this run
 
     def run(self, ops: Iterable[Op[Any]]) -> list[Any]:
         """Run every operation to its end; each one's return value, or the exception it raised.
@@ -62,6 +71,59 @@ class Pipeline:
             self._replies.clear()
             self._missing.clear()
             self._complete.clear()
+            self._buffer.clear()
+            self._strays = 0
+
+    def _send(self) -> None:
+        """Send the requests the window allows, as one write: one SSH packet for many of them
+        (paramiko's SFTPClient sends each in a packet of its own)."""
+        from paramiko import Message, SFTPAttributes
+        from paramiko.sftp import int64
+
+        count = min(len(self._unsent), self.window - len(self._in_flight))
+        with self.sftp._lock:  # request numbers shared with paramiko's own calls on this channel
+            first = self.sftp.request_number
+            self.sftp.request_number += count
+        out = []
+        for num in range(first, first + count):
+            k, slot, (t, *args) = self._unsent.popleft()
+            msg = Message()
+            msg.add_int(num)
+            for item in args:  # as paramiko's _async_request encodes them
+                if isinstance(item, int64):
+                    msg.add_int64(item)
+                elif isinstance(item, int):
+                    msg.add_int(item)
+                elif isinstance(item, SFTPAttributes):
+                    item._pack(msg)
+                else:
+                    msg.add_string(item)
+            body = msg.asbytes()
+            out.append(_HEAD.pack(len(body) + 1, t))
+            out.append(body)
+            self._in_flight[num] = (k, slot)
+        self.sftp.sock.sendall(b"".join(out))
+
+    def _receive(self) -> None:
+        """Take what has arrived (waiting for some) and hand each whole reply in it to its operation."""
+        from paramiko import Message
+
+        data = self.sftp.sock.recv(RECEIVE)
+        if not data:
+            raise EOFError("the SFTP channel closed")
+        buf = self._buffer
+        buf += data
+        pos, end = 0, len(buf)
+        while end - pos >= 5:
+            size, t = _HEAD.unpack_from(buf, pos)
+            if not 5 <= size <= MAX_PACKET:
+                raise SFTPStreamError(f"an SFTP reply of {size} bytes")
+            if end - pos - 4 < size:
+                break
+            msg = Message(bytes(buf[pos + 5 : pos + 4 + size]))
+            pos += 4 + size
+            self._async_response(t, msg, msg.get_int())
+        del buf[:pos]
 
     def _run(self, gens: list[Op[Any]]) -> list[Any]:
         results: list[Any] = [None] * len(gens)
@@ -85,21 +147,25 @@ class Pipeline:
                 self._replies[k] = [None] * len(requests)
                 self._missing[k] = len(requests)
                 self._unsent.extend((k, slot, r) for slot, r in enumerate(requests))
-            while self._unsent and len(self._in_flight) < self.window:
-                k, slot, (t, *args) = self._unsent.popleft()
-                self._in_flight[self.sftp._async_request(self, t, *args)] = (k, slot)
+            if self._unsent and len(self._in_flight) < self.window:
+                self._send()
             if self._in_flight:
-                self.sftp._read_response()  # one reply, handed to _async_response
+                self._receive()
                 for k in self._complete:
                     del self._missing[k]
                     ready.append((k, self._replies.pop(k)))  # type: ignore[arg-type]
                 self._complete.clear()
+        if self._buffer:
+            raise SFTPStreamError(f"{len(self._buffer)} bytes after the last reply")
         return results
 
     def _async_response(self, t: int, msg: paramiko.Message, num: int) -> None:
         """paramiko's callback for a reply to one of our requests."""
         got = self._in_flight.pop(num, None)
-        if got is None:  # a reply to a run that a transport failure ended: nothing waits for it
+        if got is None:  # a reply to no request of ours: never more of them than we asked
+            self._strays += 1
+            if self._strays > self.window:
+                raise SFTPStreamError(f"{self._strays} replies to no request")
             return
         k, slot = got
         self._replies[k][slot] = (t, msg)
@@ -113,6 +179,13 @@ class Pipeline:
         if isinstance(result, Exception):
             raise result
         return result  # type: ignore[no-any-return]
+
+
+_HEAD = struct.Struct(">IB")
+
+
+class SFTPStreamError(OSError):
+    """The server's SFTP stream is broken (a reply no request asked for, an impossible length)."""
 
 
 def status_error(msg: paramiko.Message) -> OSError | EOFError | None:

@@ -1,0 +1,157 @@
+"""sej.hub.pipeline against a scripted SFTP server: replies split anywhere, out of order, and broken streams."""
+
+from __future__ import annotations
+
+import struct
+import threading
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+pytest.importorskip("paramiko")
+
+from paramiko.sftp import CMD_ATTRS, CMD_LSTAT, CMD_STATUS, SFTP_NO_SUCH_FILE  # noqa: E402
+
+from sej.hub.pipeline import MAX_PACKET, Op, Pipeline, SFTPStreamError, expect  # noqa: E402
+
+
+class ScriptedChannel:
+    """A channel whose replies are given in advance, delivered in the given pieces; records what is sent."""
+
+    def __init__(self, pieces: list[bytes]) -> None:
+        self.pieces = list(pieces)
+        self.sent = bytearray()
+
+    def sendall(self, data: bytes) -> None:
+        self.sent += data
+
+    def recv(self, n: int) -> bytes:
+        if not self.pieces:
+            return b""  # the channel closed
+        piece = self.pieces.pop(0)
+        assert len(piece) <= n
+        return piece
+
+
+class FakeSftp:
+    def __init__(self, channel: ScriptedChannel, first: int = 7) -> None:
+        self.sock = channel
+        self._lock = threading.Lock()
+        self.request_number = first
+
+
+def reply(t: int, num: int, body: bytes) -> bytes:
+    payload = struct.pack(">BI", t, num) + body
+    return struct.pack(">I", len(payload)) + payload
+
+
+def attrs_size(size: int) -> bytes:
+    return struct.pack(">IQ", 0x1, size)  # SSH_FILEXFER_ATTR_SIZE
+
+
+def missing() -> bytes:
+    text = b"No such file"
+    return struct.pack(">II", SFTP_NO_SUCH_FILE, len(text)) + text + struct.pack(">I", 0)
+
+
+def lstat_size(path: str) -> Op[int | None]:
+    from paramiko import SFTPAttributes
+
+    (r,) = yield [(CMD_LSTAT, path.encode())]
+    try:
+        return SFTPAttributes._from_msg(expect(r, CMD_ATTRS)).st_size
+    except FileNotFoundError:
+        return None
+
+
+def sent_requests(data: bytes) -> list[tuple[int, int, bytes]]:
+    """(type, request number, path) of each LSTAT sent."""
+    out, pos = [], 0
+    while pos < len(data):
+        (size,) = struct.unpack_from(">I", data, pos)
+        t, num, plen = struct.unpack_from(">BII", data, pos + 4)
+        out.append((t, num, data[pos + 13 : pos + 13 + plen]))
+        pos += 4 + size
+    return out
+
+
+class ScriptedServer(ScriptedChannel):
+    """A server that answers only what was sent, in an order `order` picks among the requests it holds,
+    in pieces of the sizes `cuts` gives."""
+
+    def __init__(self, answers: dict[int, bytes], order: Any, cuts: list[int]) -> None:
+        super().__init__([])
+        self.answers, self.order, self.cuts = answers, order, list(cuts)
+        self.held: list[int] = []
+        self.out = bytearray()
+        self.parsed = 0
+
+    def sendall(self, data: bytes) -> None:
+        super().sendall(data)
+        for _t, num, _path in sent_requests(bytes(self.sent[self.parsed :])):
+            self.held.append(num)
+        self.parsed = len(self.sent)
+
+    def recv(self, n: int) -> bytes:
+        while self.held and (not self.out or self.order.random() < 0.5):
+            self.out += self.answers[self.held.pop(self.order.randrange(len(self.held)))]
+        if not self.out:
+            return b""
+        take = min(n, len(self.out), 1 + (self.cuts.pop(0) if self.cuts else len(self.out)))
+        piece = bytes(self.out[:take])
+        del self.out[:take]
+        return piece
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    sizes=st.lists(st.one_of(st.none(), st.integers(0, 2**63)), min_size=1, max_size=40),
+    order=st.randoms(use_true_random=False),
+    cuts=st.lists(st.integers(0, 200), max_size=60),
+    window=st.integers(1, 64),
+)
+def test_replies_in_any_order_and_any_pieces_reach_their_operation(
+    sizes: list[int | None], order: Any, cuts: list[int], window: int
+) -> None:
+    first = 7
+    nums = list(range(first, first + len(sizes)))
+    answers = {
+        n: reply(CMD_STATUS, n, missing()) if size is None else reply(CMD_ATTRS, n, attrs_size(size))
+        for n, size in zip(nums, sizes, strict=True)
+    }
+    server = ScriptedServer(answers, order, cuts)
+    pipe = Pipeline(FakeSftp(server, first), window=window)  # type: ignore[arg-type]
+    got = pipe.run([lstat_size(f"/j/{k}") for k in range(len(sizes))])
+    assert got == sizes
+    assert sent_requests(bytes(server.sent)) == [(CMD_LSTAT, n, f"/j/{n - first}".encode()) for n in nums]
+
+
+def test_an_impossible_reply_length_is_a_broken_stream() -> None:
+    for size in (0, 4, MAX_PACKET + 1, 0xFFFFFFFF):
+        channel = ScriptedChannel([struct.pack(">IBI", size, CMD_ATTRS, 7)])
+        with pytest.raises(SFTPStreamError, match=f"{size} bytes"):
+            Pipeline(FakeSftp(channel)).run([lstat_size("/a")])  # type: ignore[arg-type]
+
+
+def test_replies_to_no_request_are_bounded() -> None:
+    strays = b"".join(reply(CMD_ATTRS, 1000 + k, attrs_size(1)) for k in range(10))
+    channel = ScriptedChannel([strays] * 100)  # a server that never answers, only chatters
+    with pytest.raises(SFTPStreamError, match="replies to no request"):
+        Pipeline(FakeSftp(channel), window=4).run([lstat_size("/a")])  # type: ignore[arg-type]
+
+
+def test_bytes_after_the_last_reply_are_a_broken_stream() -> None:
+    channel = ScriptedChannel([reply(CMD_ATTRS, 7, attrs_size(5)) + b"\x00\x00"])
+    with pytest.raises(SFTPStreamError, match="2 bytes after the last reply"):
+        Pipeline(FakeSftp(channel)).run([lstat_size("/a")])  # type: ignore[arg-type]
+
+
+def test_a_closed_channel_ends_the_run_with_an_error_and_the_next_run_starts_clean() -> None:
+    channel = ScriptedChannel([reply(CMD_ATTRS, 7, attrs_size(5))[:6]])
+    pipe = Pipeline(FakeSftp(channel))  # type: ignore[arg-type]
+    with pytest.raises(EOFError):
+        pipe.run([lstat_size("/a")])
+    channel.pieces = [reply(CMD_ATTRS, 8, attrs_size(9))]
+    assert pipe.run([lstat_size("/b")]) == [9]
