@@ -85,7 +85,7 @@ FAST_CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
 
 def _transport(sock: object, **kwargs: object) -> paramiko.Transport:
     """A paramiko Transport that prefers FAST_CIPHERS."""
-    t = paramiko.Transport(sock, **kwargs)  # type: ignore[arg-type]
+    t = paramiko.Transport(sock, **kwargs)
     options = t.get_security_options()
     have = tuple(options.ciphers)
     options.ciphers = tuple(c for c in FAST_CIPHERS if c in have) + tuple(c for c in have if c not in FAST_CIPHERS)
