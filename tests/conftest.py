@@ -139,6 +139,12 @@ def run_with_stderr_on_a_terminal(
     return p, b"".join(chunks)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _cache_home(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """`sej copy` caches what a run learned in $XDG_CACHE_HOME: the tests' own, not the user's."""
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("cache"))
+
+
 IN_CI = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
 

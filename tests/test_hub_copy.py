@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
@@ -21,6 +22,7 @@ from hypothesis import strategies as st
 
 import sej
 from sej.hub import CopyError, LocalSource, Source, copy_all, copy_journal, destination_name
+from sej.hub.batch import state_file
 from sej.hub.names import check_journal_name, check_segment_name
 from sej.offset import read_offset_file
 from sej.shard import is_shard_name
@@ -559,7 +561,14 @@ def test_sej_copy_refuses_a_fifo_or_symlink_at_the_hub_offset_instead_of_hanging
     victim = tmp_path / "victim"
     victim.write_bytes(b"\0" * 8)
     os.mkfifo(bad) if kind == "fifo" else os.symlink(victim, bad)
+    # Nothing new: the run checks each journal's end with two stats (its cache of the last run) and
+    # has nothing to commit, so it does not touch the offset file at all.
     r = sej_cmd("copy", src, hub, timeout=60)  # hung forever before
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert os.path.lexists(bad) and (os.path.islink(bad) if kind == "symlink" else not os.path.islink(bad))
+    # Without the cache, the run reads the offset back: the FIFO is refused, not opened.
+    os.remove(state_file(os.path.realpath(src), hub, "local", "hub"))
+    r = sej_cmd("copy", src, hub, timeout=60)
     assert r.returncode == 1, r.stderr
     assert "Traceback" not in r.stderr
     what = "FIFO" if kind == "fifo" else "symlink"
@@ -624,10 +633,54 @@ def test_passes_that_remember_copy_every_change_between_them(rounds: Rounds, seg
     passes_that_remember(rounds, seg, LocalSource)
 
 
-def passes_that_remember(rounds: Rounds, seg: int, source: Callable[[str], Source]) -> None:
+STATE_DAMAGE = ["none", "none", "missing", "garbage", "truncated", "old version", "bad entries", "stale", "symlink",
+                "other hub sizes"]  # fmt: skip
+
+
+@settings(max_examples=30, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(rounds_of_changes, st.sampled_from([200, 700, 5000]), st.lists(st.sampled_from(STATE_DAMAGE), min_size=6))
+def test_passes_that_remember_through_a_state_file_that_may_be_lost_damaged_or_stale(
+    rounds: Rounds, seg: int, damage: list[str]
+) -> None:
+    """`sej copy`'s cache between runs: whatever happened to it, every pass copies every change."""
+    passes_that_remember(rounds, seg, LocalSource, damage)
+
+
+def damage_state(path: str, how: str, older: bytes | None) -> None:
+    """Do `how` to the state file at `path` (`older`: its content two passes ago)."""
+    if how == "missing":
+        os.remove(path)
+    elif how == "garbage":
+        Path(path).write_bytes(b"\x00{not json")
+    elif how == "truncated":
+        Path(path).write_bytes(Path(path).read_bytes()[: len(Path(path).read_bytes()) // 2])
+    elif how == "old version":
+        Path(path).write_text('{"version": 0, "journals": {}}')
+    elif how == "bad entries":
+        bad = {"p.2.000": ["x.jnl", 1, 2, 3], "p.2.001": [None], "p.2.002": ["0000000000000000.jnl", -1, 0, None],
+               "../p.2.003": ["0000000000000000.jnl", 0, 0, 0], "p.2.003": "nope"}  # fmt: skip
+        Path(path).write_text(json.dumps({"version": 1, "journals": bad}))
+    elif how == "stale" and older is not None:
+        Path(path).write_bytes(older)
+    elif how == "symlink":
+        target = path + ".elsewhere"
+        os.replace(path, target)
+        os.symlink(target, path)  # never followed: ignored, then replaced by a regular file
+    elif how == "other hub sizes":  # entries that disagree with the hub's files: each is checked
+        raw = json.loads(Path(path).read_text())
+        for entry in raw["journals"].values():
+            entry[1] += 1
+        Path(path).write_text(json.dumps(raw))
+
+
+def passes_that_remember(
+    rounds: Rounds, seg: int, source: Callable[[str], Source], damage: list[str] | None = None
+) -> None:
     """Appends, rollovers (small segments: a writer may roll over exactly where the hub's copy ends)
     and new journals between passes of one CopyState: after every pass the hub equals the source,
-    the source's hub offsets equal the hub's next offsets, and unchanged journals were only probed."""
+    the source's hub offsets equal the hub's next offsets, and unchanged journals were only probed.
+
+    With `damage`, the state goes through a file between passes, damaged in turn as `damage` says."""
     from sej.hub import CopyState
 
     listed: list[str] = []
@@ -651,8 +704,16 @@ def passes_that_remember(rounds: Rounds, seg: int, source: Callable[[str], Sourc
     try:
         src, hub = os.path.join(tmp, "src"), os.path.join(tmp, "hub")
         produce(src, 10, segment_size=seg)
-        state = CopyState()
+        path = os.path.join(tmp, "state.json")
+        state = CopyState(path if damage else None)
+        saved: list[bytes] = []
         for r, changes in enumerate(rounds):
+            how = "none"
+            if damage and os.path.exists(path):
+                saved.append(Path(path).read_bytes())
+                how = damage[r % len(damage)]
+                damage_state(path, how, saved[-3] if len(saved) >= 3 else None)
+                state = CopyState.load(path)
             for shard, n in changes:
                 with sej.Writer(os.path.join(src, f"p.2.00{shard}"), segment_size=seg) as w:
                     for i in range(n):
@@ -672,6 +733,9 @@ def passes_that_remember(rounds: Rounds, seg: int, source: Callable[[str], Sourc
             changed = {f"p.2.00{s}" for s, n in changes if n} | ({"q.1.001"} if r == 2 else set())
             if r > 0:
                 assert {o.journal for o in out if o.result and o.result.messages} == changed
-                assert set(listed) <= changed  # an unchanged journal is probed, never listed
+                if how == "none":
+                    assert set(listed) <= changed  # an unchanged journal is probed, never listed
+            if damage:
+                assert os.path.isfile(path) and not os.path.islink(path)  # saved, a regular file again
     finally:
         shutil.rmtree(tmp)

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import click
 
-from ...hub.batch import JournalOutcome, copy_all
+from ...hub.batch import CopyState, JournalOutcome, copy_all, state_file
 from ...hub.location import Origin, open_sources, parse_location
 from ...hub.names import check_client_id
 from ...hub.source import Source
@@ -48,6 +48,10 @@ def copy_cmd(
     (SFTP; ~/.ssh/config host entries apply). DST is the local hub root: each
     journal goes to DST/<client-id>.<journal>. The hub's position is committed on
     the source as the reader offset --reader-name after each durable write.
+
+    What a run learned (each journal's end) is cached in $XDG_CACHE_HOME/sej/copy
+    (default ~/.cache/sej/copy), so the next run checks an unchanged journal with
+    two stats instead of listing it.
     """
     if parse_location(dst) is not None:
         raise usage(f"DST must be a local directory (the hub root), got {dst}")
@@ -70,7 +74,8 @@ def copy_cmd(
 
     with open_sources(origin) as sources:
         os.makedirs(dst, exist_ok=True)
-        outcomes = _run(sources, dst, cid, reader_name, workers, threading.Event(), on_skip)
+        state = CopyState.load(state_file(os.path.realpath(src) if origin.is_local else src, dst, cid, reader_name))
+        outcomes = _run(sources, dst, cid, reader_name, workers, threading.Event(), on_skip, state)
     if not outcomes:
         raise Failure(f"{src}: found no journal to copy" + (f" (skipped {'; '.join(skipped)})" if skipped else ""))
     failed = 0
@@ -95,9 +100,10 @@ def _run(
     workers: int,
     stop: threading.Event,
     on_skip: Callable[[str, str], None],
+    state: CopyState,
 ) -> list[JournalOutcome]:
     if not enabled():
-        return copy_all(make_source, dst, cid, reader_name, workers, stop, on_skip=on_skip)
+        return copy_all(make_source, dst, cid, reader_name, workers, stop, on_skip=on_skip, state=state)
     with click.progressbar(length=0, label="copying", file=click.get_text_stream("stderr"), show_pos=True) as bar:
         lock = threading.Lock()
 
@@ -106,4 +112,4 @@ def _run(
                 bar.length = (bar.length or 0) + n
                 bar.update(n)
 
-        return copy_all(make_source, dst, cid, reader_name, workers, stop, on_bytes, on_skip)
+        return copy_all(make_source, dst, cid, reader_name, workers, stop, on_bytes, on_skip, state)
