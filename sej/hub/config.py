@@ -2,7 +2,7 @@
 
     hub_root = "/var/lib/sej-hub"        # required: where `<client-id>.<journal>` copies go
     hub_name = "hub"                     # the reader offset the hub commits on every producer
-    poll_interval = 1.0                  # seconds between passes (forever mode)
+    poll_interval = 1.0                  # a pass starts every poll_interval seconds (forever mode)
     workers = 4                          # journals copied at once, per client
     backoff_max = 60.0                   # longest wait before retrying a failed client
 

@@ -467,6 +467,7 @@ class Hub:
         since = time.monotonic()
         messages = nbytes = passes = 0
         while not stop.is_set():
+            started = time.monotonic()
             try:
                 report = client.run_pass_bounded(stop, logging.DEBUG)
                 if on_report is not None:
@@ -495,7 +496,8 @@ class Hub:
                 if client.failures:
                     log.info("client %s: working again after %d failed attempts", cid, client.failures)
                 client.failures = 0
-                delay = cfg.poll_interval
+                # Passes start every poll_interval: after a long pass (much to copy), the next starts at once.
+                delay = max(0.0, cfg.poll_interval - (time.monotonic() - started))
             stop.wait(delay)
 
     def close(self) -> None:
