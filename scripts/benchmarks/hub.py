@@ -21,6 +21,10 @@ def _sshd() -> Sshd | None:
     return None if sshd_available() is not None else Sshd()
 
 
+BULK_TARGET = 0.81
+"""Issue 13: the hub's bulk copy no worse than 0.81x scp (what it measured before the hub-at-scale work)."""
+
+
 def bench_hub_copy(cfg: Config, scratch: Path) -> list[Result]:
     """`copy_all` over loopback SSH vs scp of the same segment files."""
     from sej.hub import copy_all
@@ -79,14 +83,14 @@ def bench_hub_copy(cfg: Config, scratch: Path) -> list[Result]:
     finally:
         server.stop()
     mine, theirs = total / min(t_ours), total / min(t_scp)
-    ok = mine / theirs >= 0.7
+    ok = mine / theirs >= BULK_TARGET
     mib = 2**20
     row = Row(
         f"`copy_all` over SSH (4 shards, {total / mib:,.0f} MiB) vs `scp` of the same segment files",
         f"{mine / mib:,.1f} MiB/s",
         f"{theirs / mib:,.1f} MiB/s",
         ratio(mine / theirs),
-        "≥ 0.7x",
+        f"≥ {BULK_TARGET:g}x",
         verdict(ok),
     )
     return [
@@ -96,7 +100,8 @@ def bench_hub_copy(cfg: Config, scratch: Path) -> list[Result]:
             [
                 "A real OpenSSH sshd on 127.0.0.1 (the tests' fixture: fresh host and client keys). sej: connect "
                 "(host key checked against known_hosts), then `copy_all` with 4 workers, one SFTP channel each over "
-                "one connection, reading 32 MiB at a time as pipelined 255 KiB SFTP reads (`readv`), checking "
+                "one connection (AES-GCM preferred), reading 32 MiB at a time as pipelined 255 KiB SFTP reads "
+                "(`readv`), checking "
                 "every frame, fsyncing every 64 MiB and "
                 "committing the hub's reader offset on the source over SFTP. The clock includes the connection.",
                 "Baseline: one `scp -r` process fetching the same 4 shard directories (their segment files, plus "
@@ -110,8 +115,9 @@ def bench_hub_copy(cfg: Config, scratch: Path) -> list[Result]:
                 if ok
                 else [
                     "Why it misses: the SSH transport is paramiko, pure Python apart from the cipher, so every "
-                    "packet costs interpreter time (packetizer, HMAC) on the same 2 cores as sshd; scp is C. "
-                    "The ratio sits near the target: full runs have measured 0.69x to 0.87x. Profiled with "
+                    "packet costs interpreter time (packetizer) on the same 2 cores as sshd; scp is C. "
+                    "The ratio sits near the target: runs with AES-GCM have measured 0.82x to 0.88x (0.65x to "
+                    "0.87x before, with paramiko's default AES-CTR and HMAC). Profiled with "
                     "py-spy, then tried and measured: asking paramiko for 255 KiB SFTP requests instead of "
                     "32 KiB (the change that brought it over 0.7x) and for many 256 KiB readv ranges instead "
                     "of one big one (paramiko grows one range's buffer by concatenation, quadratic); frames of "
