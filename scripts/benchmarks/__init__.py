@@ -19,4 +19,6 @@ One module per subject, each measuring sej against a baseline:
 - `sharded`: 8, `ShardedWriter` over 256 shards against one `Writer`.
 - `hub`: 10 and 11, the hub's copy over loopback SSH against scp; append-to-hub latency while `sej-hub` runs.
 - `spark`: 12, `spark.read.format("sej")` against `spark.read.parquet`.
+- `spark_scale`: 13, Spark over a hub root of many small journals, against Parquet.
+- `hub_scale`: 14, `sej copy` passes over 10 to 1,000 journals against rsync; `sej-hub`'s latency at those sizes.
 """

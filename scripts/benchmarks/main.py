@@ -18,6 +18,7 @@ from .common import FULL, KEY, QUICK, ROOT, Config, fresh, log, perf_counter, va
 from .follow import bench_follow
 from .group_commit import bench_group_commit
 from .hub import bench_hub_copy, bench_hub_latency
+from .hub_scale import bench_hub_scale
 from .load import CpuShare, LoadTotal, wait_idle
 from .open_seek import bench_open_seek
 from .report import render, write_report
@@ -53,6 +54,7 @@ STEPS: tuple[tuple[tuple[str, ...], str, Run], ...] = (
     (("hub_latency",), "benchmark 11: append-to-hub latency", alone(bench_hub_latency)),
     (("spark_read",), "benchmark 12: Spark read throughput", alone(bench_spark_read)),
     (("spark_scale",), "benchmark 13: Spark over many small journals", alone(bench_spark_scale)),
+    (("hub_scale",), "benchmark 14: the hub at scale, against rsync", alone(bench_hub_scale)),
 )
 BENCHMARKS = tuple(name for names, _, _ in STEPS for name in names)
 

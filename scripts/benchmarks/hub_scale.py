@@ -1,0 +1,350 @@
+"""Benchmark 14: the hub at scale against rsync over the same sshd: `sej copy` passes (initial, incremental,
+idle) at 10, 100 and 1,000 journals, and `sej-hub`'s append-to-hub latency at the same sizes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import sej
+from testing.sshd import Sshd
+
+from .common import KEY, ROOT, Config, fresh, log, percentile
+from .hub import _sshd
+from .results import Result, Row, fmt_list, ms, ratio, verdict
+
+SERIES = (10, 100, 1000)
+QUICK_SERIES = (10, 100)
+MESSAGES = 500  # per journal: with SEGMENT, two sealed segments and an open one
+SEGMENT = 32 << 10
+VALUE = b"v" * 100
+WORKERS = 8
+POLL = 0.2  # sej-hub's poll interval for the latency rounds
+PLOT = "hub_scale.png"
+# Issue 13's targets, at 1,000 journals.
+INCREMENTAL_TARGET = 1.0  # rsync's time / sej's time
+INITIAL_TARGET = 0.8
+IDLE_TARGET = 0.5  # seconds
+LATENCY_TARGET = 1.0  # seconds, p99
+
+
+def ensure_rsync() -> str | None:
+    """The rsync program; installed with apt-get when missing (as .ci/run does), None if that fails."""
+    found = shutil.which("rsync")
+    if found is None and shutil.which("apt-get") is not None:
+        log("  rsync is missing: installing it with apt-get")
+        subprocess.run(["apt-get", "install", "-y", "-qq", "rsync"], capture_output=True, check=False)
+        found = shutil.which("rsync")
+    return found
+
+
+def journal_names(n: int) -> list[str]:
+    """n shards of one sharded root, as a ShardedWriter of 2^bit shards names them."""
+    from sej.shard.name import format_shard
+
+    bit = max(1, (n - 1).bit_length())
+    return [format_shard("ev", bit, i) for i in range(n)]
+
+
+def build_root(src: Path, names: list[str]) -> list[sej.Writer]:
+    """The producer root, and its live writers (open, holding their locks) for the incremental rounds."""
+    writers = []
+    for name in names:
+        w = sej.Writer(str(src / name), segment_size=SEGMENT, durability="flush")
+        w.append_many([VALUE] * MESSAGES, key=KEY)
+        w.flush()
+        writers.append(w)
+    return writers
+
+
+class Runner:
+    """`sej copy` and rsync processes over the same sshd, each into its own destination."""
+
+    def __init__(self, server: Sshd, rsync: str, src: Path, scratch: Path) -> None:
+        self.server, self.rsync_path, self.src = server, rsync, src
+        self.cache = scratch / "cache"  # sej copy's $XDG_CACHE_HOME
+        self.env = dict(os.environ, PYTHONPATH=str(ROOT), XDG_CACHE_HOME=str(self.cache))
+        self.ssh = " ".join(["ssh", "-p", str(server.port), *server.ssh_options()])
+
+    def sej_copy(self, hub: Path) -> float:
+        s = self.server
+        cmd = [sys.executable, "-c", "from sej.apps.cli.main import main; main()", "copy",
+               f"ssh://{s.user}@127.0.0.1:{s.port}{self.src}", str(hub), "--client-id", "c", "--workers", str(WORKERS),
+               "--identity", str(s.identity), "--known-hosts", str(s.known_hosts)]  # fmt: skip
+        t = time.perf_counter()
+        r = subprocess.run(cmd, env=self.env, capture_output=True, text=True, check=False)
+        took = time.perf_counter() - t
+        if r.returncode != 0:
+            raise RuntimeError(f"sej copy failed ({r.returncode}): {r.stderr[-2000:]}")
+        return took
+
+    def rsync(self, dst: Path, fsync: bool = False) -> float:
+        cmd = [self.rsync_path, "-a", "--append", *(["--fsync"] if fsync else []), "-e", self.ssh,
+               f"{self.server.user}@127.0.0.1:{self.src}/", f"{dst}/"]  # fmt: skip
+        t = time.perf_counter()
+        subprocess.run(cmd, check=True, capture_output=True)
+        return time.perf_counter() - t
+
+
+def check_copies(src: Path, names: list[str], hub: Path, dsts: list[Path]) -> None:
+    """Every copy holds what the source holds (sej: the same next offsets; rsync: the same segment bytes)."""
+    for name in names:
+        want = sej.next_offset(str(src / name))
+        got = sej.next_offset(str(hub / f"c.{name}"))
+        if got != want:
+            raise RuntimeError(f"sej copy of {name}: next offset {got}, the source's {want}")
+        for seg in sej.list_segments(str(src / name)):
+            size = os.path.getsize(seg.path)
+            for d in dsts:
+                if os.path.getsize(d / name / "jnl" / os.path.basename(seg.path)) != size:
+                    raise RuntimeError(f"rsync copy of {name} differs from the source")
+
+
+def latency_rounds(server: Sshd, scratch: Path, src: Path, names: list[str], writers: list[sej.Writer],
+                   rounds: int) -> list[float]:  # fmt: skip
+    """sej-hub (poll POLL) over the root; each round appends one message to every journal; the seconds until
+    each is in the hub's copy (its segment reached the source's size: written, and fsynced right after)."""
+    hub = fresh(scratch / "lathub")
+    config = scratch / "hub-scale.toml"
+    config.write_text(
+        f'hub_root = "{hub}"\nhub_name = "bench"\npoll_interval = {POLL}\nworkers = {WORKERS}\n\n[[client]]\n'
+        f'client_id = "c"\nhost = "127.0.0.1"\nport = {server.port}\nuser = "{server.user}"\n'
+        f'identity_file = "{server.identity}"\nknown_hosts = "{server.known_hosts}"\nremote_root = "{src}"\n'
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from sej.apps.hub import main; main()", "--config", str(config)],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    latencies: list[float] = []
+    try:
+        deadline = time.monotonic() + 300
+        for name in names:  # the initial copy
+            while not os.path.isdir(hub / f"c.{name}" / "jnl") or sej.next_offset(str(hub / f"c.{name}")) < (
+                sej.next_offset(str(src / name))
+            ):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"sej-hub did not copy {name} in time: {proc.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
+                time.sleep(0.05)
+        for _ in range(rounds):
+            sent = []
+            for w in writers:
+                w.append(VALUE, key=KEY)
+                w.flush()
+                sent.append(time.monotonic())
+            want = []
+            for name in names:
+                seg = sej.list_segments(str(src / name))[-1].path
+                want.append((hub / f"c.{name}" / "jnl" / os.path.basename(seg), os.path.getsize(seg)))
+            pending = set(range(len(names)))
+            deadline = time.monotonic() + 120
+            while pending:
+                for i in list(pending):
+                    path, size = want[i]
+                    try:
+                        if os.stat(path).st_size >= size:
+                            latencies.append(time.monotonic() - sent[i])
+                            pending.discard(i)
+                    except FileNotFoundError:
+                        pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{len(pending)} messages did not reach the hub in 120 s")
+                time.sleep(0.01)
+            time.sleep(4 * POLL)  # a gap between rounds: each round starts with the hub idle
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    return latencies
+
+
+def bench_hub_scale(cfg: Config, scratch: Path) -> list[Result]:
+    server = _sshd()
+    if server is None:
+        log("  openssh-server is missing: skipped")
+        return []
+    rsync = ensure_rsync()
+    if rsync is None:
+        log("  rsync is missing and could not be installed: skipped")
+        server.stop()
+        return []
+    series = QUICK_SERIES if cfg.quick else SERIES
+    reps = 1 if cfg.quick else 3
+    rounds = 3 if cfg.quick else 5
+    from sej.fsutil import allow_open_files
+
+    allow_open_files(4 * max(series) + 256)  # the live writers: a segment and a lock each, and their indexes
+    times: dict[tuple[int, str], list[float]] = {}
+    lat: dict[int, list[float]] = {}
+    try:
+        for n in series:
+            log(f"  {n} journals")
+            src = fresh(scratch / "scale-src")
+            names = journal_names(n)
+            writers = build_root(src, names)
+            try:
+                run = Runner(server, rsync, src, scratch)
+                for rep in range(reps):
+                    hub, dst, dst_sync = (
+                        fresh(scratch / "scale-hub"),
+                        fresh(scratch / "scale-rsync"),
+                        fresh(scratch / "scale-rsync-fsync"),
+                    )
+                    fresh(run.cache)
+                    dst.mkdir()
+                    dst_sync.mkdir()
+                    for phase in ("initial", "idle", "incremental"):
+                        if phase == "incremental":
+                            for w in writers:  # live writers: one new message in every journal
+                                w.append(VALUE, key=KEY)
+                                w.flush()
+                        # Alternate who goes first, so neither always meets a warm or a cold page cache.
+                        order = ("sej", "rsync", "rsync --fsync") if rep % 2 == 0 else ("rsync --fsync", "rsync", "sej")
+                        for who in order:
+                            took = (run.sej_copy(hub) if who == "sej" else run.rsync(dst) if who == "rsync"
+                                    else run.rsync(dst_sync, fsync=True))  # fmt: skip
+                            times.setdefault((n, f"{phase}:{who}"), []).append(took)
+                        check_copies(src, names, hub, [dst, dst_sync])
+                times[(n, "idle pass:sej-hub")] = daemon_idle_passes(server, src, scratch, reps)
+                lat[n] = latency_rounds(server, scratch, src, names, writers, rounds)
+            finally:
+                for w in writers:
+                    w.close()
+    finally:
+        server.stop()
+    return [_result(series, reps, rounds, times, lat)]
+
+
+def daemon_idle_passes(server: Sshd, src: Path, scratch: Path, reps: int) -> list[float]:
+    """Idle passes as sej-hub makes them (one connection kept open, the last pass's state in memory)."""
+    from sej.hub import CopyState, copy_all
+    from sej.hub.ssh import connect, resolve, sftp_sources
+
+    ep = resolve("127.0.0.1", server.port, server.user, str(server.identity), str(server.known_hosts),
+                 ssh_config=os.devnull)  # fmt: skip
+    client = connect(ep)
+    try:
+        hub = fresh(scratch / "scale-idle-hub")
+        state = CopyState()
+        copy_all(sftp_sources(client, str(src), "bench"), str(hub), "c", "bench", workers=WORKERS, state=state)
+        out = []
+        for _ in range(reps):
+            t = time.perf_counter()
+            copy_all(sftp_sources(client, str(src), "bench"), str(hub), "c", "bench", workers=WORKERS, state=state)
+            out.append(time.perf_counter() - t)
+        return out
+    finally:
+        client.close()
+
+
+def _result(series: tuple[int, ...], reps: int, rounds: int, times: dict[tuple[int, str], list[float]],
+            lat: dict[int, list[float]]) -> Result:  # fmt: skip
+    med = {k: statistics.median(v) for k, v in times.items()}
+    big = max(series)
+    rows = []
+    summary = None
+    for n in series:
+        for phase, target in (("initial", INITIAL_TARGET), ("incremental", INCREMENTAL_TARGET)):
+            mine, theirs = med[(n, f"{phase}:sej")], med[(n, f"{phase}:rsync")]
+            durable = med[(n, f"{phase}:rsync --fsync")]
+            ok = theirs / mine >= target
+            row = Row(
+                f"{n:,} journals: {phase} pass, `sej copy` vs `rsync -a --append` (`--fsync`: {durable:.2f} s)",
+                f"{mine:.2f} s",
+                f"{theirs:.2f} s",
+                ratio(theirs / mine),
+                f"≥ {target:g}x" if n == big else "—",
+                verdict(ok) if n == big else "info",
+            )
+            rows.append(row)
+            if n == big and phase == "incremental":
+                summary = row
+        idle, idle_rsync, daemon = med[(n, "idle:sej")], med[(n, "idle:rsync")], med[(n, "idle pass:sej-hub")]
+        rows.append(Row(
+            f"{n:,} journals: idle pass, as `sej-hub` makes it (`sej copy` process: {idle:.2f} s)",
+            f"{daemon:.3f} s",
+            f"{idle_rsync:.2f} s",
+            ratio(idle_rsync / daemon),
+            f"< {IDLE_TARGET:g} s" if n == big else "—",
+            verdict(daemon < IDLE_TARGET) if n == big else "info",
+        ))  # fmt: skip
+        ls = sorted(lat[n])
+        p50, p99 = percentile(ls, 0.5), percentile(ls, 0.99)
+        rows.append(Row(
+            f"{n:,} journals: append → in the hub's copy, `sej-hub` poll {POLL:g} s, every journal appended at once",
+            f"p99 {ms(p99)} (p50 {ms(p50)}, max {ms(ls[-1])})",
+            "—",
+            "—",
+            f"p99 < {ms(LATENCY_TARGET)}" if n == big else "—",
+            verdict(p99 < LATENCY_TARGET) if n == big else "info",
+        ))  # fmt: skip
+    notes = [f"Medians of {reps} runs per pass, interleaved, each tool first in turn. All runs (s):"]
+    for (n, what), ts in sorted(times.items()):
+        notes.append(f"{n:,} journals, {what}: {fmt_list(ts)}")
+    notes.append(_plot(series, med, lat))
+    return Result(
+        "hub_scale",
+        "14. The hub at scale, against rsync",
+        [
+            f"A producer root of N shard journals (N = {', '.join(f'{n:,}' for n in series)}), each written with "
+            f"{MESSAGES} messages of {len(VALUE)} bytes in {SEGMENT >> 10} KiB segments (two sealed segments and an "
+            "open one, with their index files) by live writers that stay open. One real OpenSSH sshd on 127.0.0.1. "
+            f"`sej copy ssh://… HUB --workers {WORKERS}` (a new process each time: start-up, connection and its "
+            "cache of the last run included) against `rsync -a --append -e ssh …` into its own directory, over the "
+            "same sshd and key, also with `--fsync` (durable, as the hub is). The hub checks every frame, fsyncs "
+            "what it wrote and then commits its offset on the producer (written, fsynced and renamed over SFTP); "
+            "rsync copies bytes and, without `--fsync`, fsyncs nothing.",
+            "Passes: initial (empty destinations), idle (nothing new), incremental (the live writers appended one "
+            "message to every journal). After each pass every copy is checked against the source. The idle row "
+            "also times the pass as `sej-hub` makes it: its connection open and the last pass's state in memory.",
+            f"Latency: `sej-hub` (poll {POLL:g} s, {WORKERS} workers) over the same root; {rounds} rounds, each "
+            "appending one message to every journal at once, then waiting until every one is in the hub's copy.",
+        ],
+        rows,
+        notes,
+        summary,
+    )
+
+
+def _plot(series: tuple[int, ...], med: dict[tuple[int, str], float], lat: dict[int, list[float]]) -> str:
+    """docs/hub_scale.png: pass times and latency against the number of journals."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "No plot: matplotlib is not installed (`pip install '.[bench]'`)."
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), dpi=100)
+    for phase, color in (("initial", "tab:blue"), ("incremental", "tab:orange")):
+        left.plot(series, [med[(n, f"{phase}:sej")] for n in series], "o-", color=color, label=f"sej copy, {phase}")
+        left.plot(series, [med[(n, f"{phase}:rsync")] for n in series], "s--", color=color, label=f"rsync, {phase}")
+        left.plot(series, [med[(n, f"{phase}:rsync --fsync")] for n in series], "^:", color=color,
+                  label=f"rsync --fsync, {phase}")  # fmt: skip
+    left.set_xscale("log")
+    left.set_xlabel("journals")
+    left.set_ylabel("pass, median (s)")
+    left.set_title("One pass over SSH (a new process each)")
+    left.legend(fontsize=7)
+    left.grid(True, which="both", alpha=0.3)
+    right.plot(series, [percentile(sorted(lat[n]), 0.99) for n in series], "o-", label="p99")
+    right.plot(series, [percentile(sorted(lat[n]), 0.5) for n in series], "s--", label="p50")
+    right.axhline(LATENCY_TARGET, color="grey", linewidth=0.8, linestyle=":", label="target (p99)")
+    right.set_xscale("log")
+    right.set_xlabel("journals (one message appended to each at once)")
+    right.set_ylabel("append → in the hub's copy (s)")
+    right.set_title(f"sej-hub, poll {POLL:g} s")
+    right.legend(fontsize=7)
+    right.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(docs / PLOT)
+    plt.close(fig)
+    return f"![pass times and append-to-hub latency against the number of journals]({PLOT})"
