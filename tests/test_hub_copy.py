@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -738,4 +739,114 @@ def passes_that_remember(
             if damage:
                 assert os.path.isfile(path) and not os.path.islink(path)  # saved, a regular file again
     finally:
+        shutil.rmtree(tmp)
+
+
+def test_destinations_keep_the_hub_journals_open_between_passes_and_reopen_what_changed_under_them(tmp_path) -> None:
+    """The daemon's open hub journals: used again while their files are the ones they hold; a journal deleted,
+    truncated or replaced under them is opened afresh (recovered), never written through a stale descriptor."""
+    from sej.hub.copy import Destinations
+
+    src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
+    produce(src, 400, segment_size=100_000)  # one segment per journal: the hub's tails stay open
+    dests = Destinations(limit=16)
+    try:
+        out = copy_all(lambda: LocalSource(src), hub, "c1", "hub", destinations=dests)
+        assert all(o.error is None for o in out) and len(dests) == 4
+        kept = dict(dests._open)
+        produce(src, 40, segment_size=100_000, seed=1)
+        copy_all(lambda: LocalSource(src), hub, "c1", "hub", destinations=dests)
+        assert dict(dests._open) == kept, "the same open journals, used again"
+        assert_identical(src, hub)
+        with pytest.raises(sej.LockedError):  # held between passes, as a writer holds its journal
+            sej.Writer(os.path.join(hub, "c1.p.2.000"))
+        # Under the open journals: one deleted, one truncated, one replaced by a copy (another inode).
+        shutil.rmtree(os.path.join(hub, "c1.p.2.000"))
+        seg1 = sej.list_segments(os.path.join(hub, "c1.p.2.001"))[-1].path
+        os.truncate(seg1, os.path.getsize(seg1) - 7)
+        seg2 = sej.list_segments(os.path.join(hub, "c1.p.2.002"))[-1].path
+        shutil.copyfile(seg2, seg2 + ".new")
+        os.replace(seg2 + ".new", seg2)
+        produce(src, 40, segment_size=100_000, seed=2)
+        out = copy_all(lambda: LocalSource(src), hub, "c1", "hub", destinations=dests)
+        assert all(o.error is None for o in out), [o.error for o in out]
+        assert_identical(src, hub)
+        assert dests._open["%s/c1.p.2.003" % hub] is kept["%s/c1.p.2.003" % hub]
+        for j in ("000", "001", "002"):
+            assert dests._open[f"{hub}/c1.p.2.{j}"] is not kept[f"{hub}/c1.p.2.{j}"]
+    finally:
+        dests.close()
+    sej.Writer(os.path.join(hub, "c1.p.2.000")).close()  # closed: the locks are free
+
+
+def test_destinations_close_a_journal_whose_copy_failed_and_keep_at_most_their_limit(tmp_path) -> None:
+    from sej.hub.copy import Destinations
+
+    src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
+    produce(src, 400, segment_size=100_000)
+    dests = Destinations(limit=2)
+    try:
+        out = copy_all(lambda: LocalSource(src), hub, "c1", "hub", destinations=dests)
+        assert all(o.error is None for o in out) and len(dests) == 2  # the least recently used were closed
+        assert_identical(src, hub)
+        victim = os.path.join(src, "p.2.003")
+        seg = sej.list_segments(victim)[-1].path
+        data = bytearray(Path(seg).read_bytes())
+        data[-10] ^= 0xFF  # rewritten under the hub (where it compares): its copy stops with an error
+        Path(seg).write_bytes(bytes(data))
+        out = copy_all(lambda: LocalSource(src), hub, "c1", "hub", destinations=dests)
+        assert [o.journal for o in out if o.error is not None] == ["p.2.003"]
+        assert f"{hub}/c1.p.2.003" not in dests._open
+        sej.Writer(os.path.join(hub, "c1.p.2.003")).close()  # its lock was released
+    finally:
+        dests.close()
+
+
+HUB_CHANGES = ["none", "none", "delete", "truncate", "replace", "garbage"]
+
+
+@settings(max_examples=25, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(rounds_of_changes, st.sampled_from([200, 700, 5000]), st.lists(st.tuples(st.sampled_from(HUB_CHANGES),
+       st.integers(0, 3), st.integers(1, 50)), min_size=6))  # fmt: skip
+def test_passes_with_open_destinations_copy_every_change_whatever_happens_to_the_hub_between_them(
+    rounds: Rounds, seg: int, hub_changes: list[tuple[str, int, int]]
+) -> None:
+    """Between passes that keep the hub's journals open (the daemon's Destinations), the hub's files change
+    under them: a journal deleted, its last segment truncated, replaced, or grown by garbage. Every pass
+    still leaves the hub equal to the source."""
+    from sej.hub import CopyState
+    from sej.hub.copy import Destinations
+
+    tmp = tempfile.mkdtemp()
+    dests = Destinations(limit=3)
+    try:
+        src, hub = os.path.join(tmp, "src"), os.path.join(tmp, "hub")
+        produce(src, 10, segment_size=seg)
+        state = CopyState()
+        for r, changes in enumerate(rounds):
+            for shard, n in changes:
+                with sej.Writer(os.path.join(src, f"p.2.00{shard}"), segment_size=seg) as w:
+                    for i in range(n):
+                        w.append(b"r%d-%d" % (r, i) * (1 + i % 5))
+            how, shard, k = hub_changes[r % len(hub_changes)]
+            d = os.path.join(hub, f"c1.p.2.00{shard}")
+            tail = sej.list_segments(d)[-1].path if os.path.isdir(d) and sej.list_segments(d) else None
+            if how == "delete" and os.path.isdir(d):
+                shutil.rmtree(d)
+            elif how == "truncate" and tail is not None:
+                os.truncate(tail, max(0, os.path.getsize(tail) - k))
+            elif how == "replace" and tail is not None:
+                shutil.copyfile(tail, tail + ".new")
+                os.replace(tail + ".new", tail)
+            elif how == "garbage" and tail is not None:
+                with open(tail, "ab") as f:
+                    f.write(b"\x07" * k)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", sej.CorruptionWarning)  # recovery cuts the garbage (kept aside)
+                out = copy_all(lambda: LocalSource(src), hub, "c1", "hub", state=state, destinations=dests)
+            assert all(o.error is None for o in out), [o.error for o in out]
+            assert_identical(src, hub)
+            assert len(dests) <= 3
+    finally:
+        dests.close()
         shutil.rmtree(tmp)

@@ -35,7 +35,7 @@ from typing import Any, NamedTuple
 from ..errors import InvalidArgumentError, UnsafeFileError
 from ..fsutil import atomic_write, read_regular
 from ..layout import check_reader_name, list_segments, parse_segment_name, segment_dir, segment_name
-from .copy import CHECK_WINDOW, CopyResult, copy_journal
+from .copy import CHECK_WINDOW, CopyResult, Destinations, copy_journal
 from .names import check_client_id, check_journal_name, destination_name
 from .source import Call, Source, SourceSegment
 
@@ -309,6 +309,7 @@ def copy_all(
     on_bytes: Callable[[int], None] | None = None,
     on_skip: Callable[[str, str], None] | None = None,
     state: CopyState | None = None,
+    destinations: Destinations | None = None,
 ) -> list[JournalOutcome]:
     """Copy every journal of a source, several at once; one journal's error does not stop the others.
 
@@ -317,7 +318,8 @@ def copy_all(
     that is not a journal (default: a warning in the log); nothing is skipped silently.
     `state` carries what the last pass learned (the daemon's, or `sej copy`'s from its cache
     file), so unchanged journals cost two lstats; without it every journal is listed. A state
-    with a `path` is saved there at the end.
+    with a `path` is saved there at the end. `destinations` keeps the hub's journals open
+    between passes (the daemon's).
     """
     os.makedirs(dest_root, exist_ok=True)
     state = state if state is not None else CopyState()
@@ -371,7 +373,8 @@ def copy_all(
                     def one(p: _Plan) -> tuple[_Plan, JournalOutcome, Prefetched]:
                         src = Prefetched(own_source(), p.segments, p.data, p.committed)
                         try:
-                            result = copy_journal(src, p.journal, dest_root, client_id, reader, stop, on_bytes)
+                            result = copy_journal(src, p.journal, dest_root, client_id, reader, stop, on_bytes,
+                                                  destinations=destinations)  # fmt: skip
                             return p, JournalOutcome(p.journal, result, None), src
                         except Exception as e:  # reported per journal; the others go on
                             log.error("%s", e)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -20,7 +21,7 @@ from .. import index as idx
 from ..appender import SegmentAppender
 from ..errors import SejError
 from ..frames import HEADER, I32, NO_TIMESTAMP, frame_total, walk_frames
-from ..layout import index_dir, list_segments, segment_dir, segment_name, writer_lock_path
+from ..layout import index_dir, list_segments, segment_dir, segment_name, segment_path, writer_lock_path
 from ..lock import lock_file, unlock_file
 from ..segment import chain_back, next_entry_after
 from .names import destination_name
@@ -125,12 +126,68 @@ class _Destination:
         else:
             self.seg.index.flush()
 
+    def still_current(self) -> bool:
+        """Whether the files this holds open are still the journal's (same inodes; the segment at the size
+        written): nothing else may have removed, replaced or changed them since."""
+        if self.seg is None:
+            return False
+        try:
+            for fd, path in ((self.seg.fd, segment_path(self.dir, self.seg.first)),
+                             (self.lock.fileno(), writer_lock_path(self.dir))):  # fmt: skip
+                held, there = os.fstat(fd), os.stat(path, follow_symlinks=False)
+                if (held.st_dev, held.st_ino) != (there.st_dev, there.st_ino):
+                    return False
+            return os.fstat(self.seg.fd).st_size == self.seg.size
+        except OSError:
+            return False
+
     def close(self) -> None:
         try:
             if self.seg is not None:
                 self.seg.close()
         finally:
             unlock_file(self.lock)
+
+
+class Destinations:
+    """The hub's journals kept open between passes (the daemon's): each one's writer lock, last segment
+    and index stay open, so a pass that copies a little into many journals does not reopen and recover
+    each one. At most `limit` are open (the least recently used are closed).
+
+    An open journal is used again only while its files are still the ones it holds, the segment at the
+    size it wrote (`_Destination.still_current`); otherwise it is closed and the journal opened afresh,
+    with recovery. A copy that fails closes its journal.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._open: OrderedDict[str, _Destination] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def take(self, dir: str) -> _Destination:
+        with self._lock:
+            dest = self._open.pop(dir, None)
+        if dest is not None:
+            if dest.still_current():
+                return dest
+            dest.close()
+        return _Destination(dir)
+
+    def give(self, dest: _Destination) -> None:
+        with self._lock:
+            self._open[dest.dir] = dest
+            evicted = [self._open.popitem(last=False)[1] for _ in range(len(self._open) - self.limit)]
+        for d in evicted:
+            d.close()
+
+    def close(self) -> None:
+        with self._lock:
+            dests, self._open = list(self._open.values()), OrderedDict()
+        for d in dests:
+            d.close()
+
+    def __len__(self) -> int:
+        return len(self._open)
 
 
 def copy_journal(
@@ -142,57 +199,80 @@ def copy_journal(
     stop: threading.Event | None = None,
     on_bytes: Callable[[int], None] | None = None,
     chunk: int = CHUNK,
+    destinations: Destinations | None = None,
 ) -> CopyResult:
     """Copy what `dest_root/<client_id>.<journal>` lacks of the source journal; then commit `reader`.
 
     Raises CopyError naming client, journal, file and position when the source
     shrank, was rewritten, has a gap or a corrupt frame; nothing already copied
-    is changed then.
+    is changed then. With `destinations`, the hub's journal is taken from there and left
+    open there after a successful copy.
     """
     dest_dir = os.path.join(dest_root, destination_name(client_id, journal))
-    where = f"client {client_id}, journal {journal}"
-    dest = _Destination(dest_dir)
-    copied = copied_bytes = 0
+    dest = destinations.take(dest_dir) if destinations is not None else _Destination(dest_dir)
+    kept = False
     try:
-        src = source.segments(journal)
-        if not src:
-            return CopyResult(journal, dest_dir, 0, 0, dest.next or 0, dest.name, dest.size)
-        i = _resume_point(source, journal, src, dest, where)
-        if dest.next is None:
-            dest.next = src[0].first_offset  # a new copy starts where the source's retention starts
-        while i < len(src):
-            seg = src[i]
-            if dest.name != seg.name:
-                if seg.first_offset != dest.next:
-                    raise CopyError(
-                        f"{where}: gap: {source.describe(journal, seg.name)} starts at offset "
-                        f"{seg.first_offset}, the hub's copy continues at {dest.next}"
-                    )
-                dest.start_segment(seg.first_offset)
-            n, b, finished = _copy_segment(source, journal, seg, dest, where, stop, on_bytes, chunk)
-            copied += n
-            copied_bytes += b
-            last_listed = i == len(src) - 1
-            if not finished and not last_listed:
-                # A later segment exists, so the writer had finished this one: nothing may be left.
-                raise CopyError(
-                    f"{where}: {source.describe(journal, seg.name)} ends with an incomplete message at byte "
-                    f"{dest.size}, but a later segment exists"
-                )
-            if stop is not None and stop.is_set():
-                break
-            i += 1
+        result = _copy_into(dest, source, journal, dest_dir, client_id, reader, stop, on_bytes, chunk)
         dest.sync()
-        assert dest.next is not None
-        # Commit only a change: a hub polling every second must not rewrite every producer's file.
-        if copied or source.read_offset(journal, reader) != dest.next:
-            source.commit_offset(journal, reader, dest.next)
-        return CopyResult(journal, dest_dir, copied, copied_bytes, dest.next, dest.name, dest.size)
+        if destinations is not None:
+            destinations.give(dest)
+            kept = True
+        return result
     finally:
-        try:
-            dest.sync()
-        finally:
-            dest.close()
+        if not kept:
+            try:
+                dest.sync()
+            finally:
+                dest.close()
+
+
+def _copy_into(
+    dest: _Destination,
+    source: Source,
+    journal: str,
+    dest_dir: str,
+    client_id: str,
+    reader: str,
+    stop: threading.Event | None,
+    on_bytes: Callable[[int], None] | None,
+    chunk: int,
+) -> CopyResult:
+    where = f"client {client_id}, journal {journal}"
+    copied = copied_bytes = 0
+    src = source.segments(journal)
+    if not src:
+        return CopyResult(journal, dest_dir, 0, 0, dest.next or 0, dest.name, dest.size)
+    i = _resume_point(source, journal, src, dest, where)
+    if dest.next is None:
+        dest.next = src[0].first_offset  # a new copy starts where the source's retention starts
+    while i < len(src):
+        seg = src[i]
+        if dest.name != seg.name:
+            if seg.first_offset != dest.next:
+                raise CopyError(
+                    f"{where}: gap: {source.describe(journal, seg.name)} starts at offset "
+                    f"{seg.first_offset}, the hub's copy continues at {dest.next}"
+                )
+            dest.start_segment(seg.first_offset)
+        n, b, finished = _copy_segment(source, journal, seg, dest, where, stop, on_bytes, chunk)
+        copied += n
+        copied_bytes += b
+        last_listed = i == len(src) - 1
+        if not finished and not last_listed:
+            # A later segment exists, so the writer had finished this one: nothing may be left.
+            raise CopyError(
+                f"{where}: {source.describe(journal, seg.name)} ends with an incomplete message at byte "
+                f"{dest.size}, but a later segment exists"
+            )
+        if stop is not None and stop.is_set():
+            break
+        i += 1
+    dest.sync()
+    assert dest.next is not None
+    # Commit only a change: a hub polling every second must not rewrite every producer's file.
+    if copied or source.read_offset(journal, reader) != dest.next:
+        source.commit_offset(journal, reader, dest.next)
+    return CopyResult(journal, dest_dir, copied, copied_bytes, dest.next, dest.name, dest.size)
 
 
 def _resume_point(source: Source, journal: str, src: list[SourceSegment], dest: _Destination, where: str) -> int:

@@ -36,10 +36,12 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from ..errors import SejError
+from ..fsutil import allow_open_files
 from ..layout import HUB_LOCK
 from ..lock import lock_file
 from .batch import CopyState, JournalOutcome, copy_all
 from .config import ClientConfig, HubConfig
+from .copy import Destinations
 from .location import Sources, open_sources, transport_errors
 from .source import CONNECT_TIMEOUT, IO_TIMEOUT, Call, Source, SourceSegment
 
@@ -134,6 +136,24 @@ def backoff_delay(failures: int, poll_interval: float, backoff_max: float) -> fl
     return max(poll_interval, min(backoff_max, poll_interval * 2.0 ** min(failures, 60)))
 
 
+OPEN_JOURNALS = 4096
+"""The most hub journals kept open between passes, over all clients (three files each)."""
+
+
+def _open_journals() -> int:
+    """How many hub journals to keep open: OPEN_JOURNALS, fewer if the open-files limit cannot be raised."""
+    allow_open_files(3 * OPEN_JOURNALS + 1024)
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError):
+        return 0
+    if soft == resource.RLIM_INFINITY:
+        return OPEN_JOURNALS
+    return max(0, min(OPEN_JOURNALS, (soft - 1024) // 3))
+
+
 def lock_path(config: HubConfig) -> str:
     return os.path.join(config.hub_root, LOCK_NAME)
 
@@ -206,6 +226,7 @@ class _Client:
         self.skips_told: set[str] = set()  # directories under the client's root already reported as not journals
         self.told_empty = False  # "no journal found" was reported
         self.state = CopyState()  # what the last pass learned: unchanged journals cost two lstats
+        self.destinations: Destinations | None = None  # the hub's journals kept open (set by Hub)
         self._calls: dict[int, float] = {}  # calls to the producer under way: token -> when they started
         self._calls_lock = threading.Lock()
         self._tokens = itertools.count()
@@ -342,7 +363,8 @@ class _Client:
         try:
             make_source = self._sources()
             report.outcomes = copy_all(make_source, self.hub.hub_root, cid, self.hub.hub_name, self.hub.workers, stop,
-                                       on_skip=self._tell_skip, state=self.state)  # fmt: skip
+                                       on_skip=self._tell_skip, state=self.state,
+                                       destinations=self.destinations)  # fmt: skip
             if not report.outcomes and not self.told_empty:
                 self.told_empty = True
                 log.warning("client %s: no journal found at %s", cid, self.label)
@@ -390,6 +412,9 @@ class Hub:
     def __init__(self, config: HubConfig) -> None:
         self.config = config
         self._clients = [_Client(config, c) for c in config.clients]
+        self.destinations = Destinations(_open_journals())
+        for c in self._clients:
+            c.destinations = self.destinations
 
     def run_once(self, stop: threading.Event | None = None) -> list[ClientReport]:
         """One pass over every client (all at once); one report per client, in config order.
@@ -501,9 +526,12 @@ class Hub:
             stop.wait(delay)
 
     def close(self) -> None:
-        """Close every SSH connection."""
-        for c in self._clients:
-            c.disconnect()
+        """Close every SSH connection, and the hub's journals kept open."""
+        try:
+            for c in self._clients:
+                c.disconnect()
+        finally:
+            self.destinations.close()
 
     def __enter__(self) -> Hub:
         return self
