@@ -8,8 +8,14 @@ Here each operation (stat a file, list a directory, read ranges of a file, repla
 file) is a generator that yields the requests it needs next, as a list, and gets their
 replies back. `Pipeline.run` keeps up to `window` requests of all operations in flight and
 resumes each operation when its replies are in, so independent operations overlap while
-each one still runs its steps in order (lstat, then open, then read). It uses the same
-paramiko internals as paramiko's own readv (`_async_request`, `_read_response`).
+each one still runs its steps in order (lstat, then open, then read).
+
+The SFTP framing is done here, over paramiko's channel: the requests the window allows go
+out in one write (one SSH packet for many; paramiko's SFTPClient sends a packet each), and
+every reply that has arrived is parsed at once (paramiko hands them over one by one, through
+its transport thread). That made a request 3-4x cheaper in interpreter time. Request numbers
+come from the SFTPClient's own counter, under its lock, so paramiko's calls on the same
+channel between runs (its readv for big reads) never reuse one.
 """
 
 from __future__ import annotations
