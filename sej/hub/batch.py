@@ -13,10 +13,10 @@ journal at once (Source.many, whose SFTP requests are in flight together):
    segment named by the hub's new next offset, and list and copy again if it exists;
 2. list the segments of the other journals, and read their hub offsets if unknown;
 3. read the new bytes (with the CHECK_WINDOW bytes before them that copy_journal compares),
-   in rounds of about PREFETCH_PER_ROUND bytes;
+   in rounds of about PREFETCH_PER_ROUND bytes, spread over the workers' channels;
 4. copy each journal with copy_journal over what was read (`Prefetched`), several at once:
    the same checks, the same writes and fsyncs, reads it lacks go to the source;
-5. commit the hub offsets that changed, all at once, after every copy's fsync.
+5. commit the hub offsets that changed, all at once (over the workers' channels), after every copy's fsync.
 """
 
 from __future__ import annotations
@@ -368,7 +368,7 @@ def copy_all(
                     if stop is not None and stop.is_set():
                         break
                     with took("read"):
-                        _read(lister, batch)
+                        _read(lambda calls: _spread(pool, own_source, calls, workers), batch)
 
                     def one(p: _Plan) -> tuple[_Plan, JournalOutcome, Prefetched]:
                         src = Prefetched(own_source(), p.segments, p.data, p.committed)
@@ -488,15 +488,16 @@ def _rounds(work: list[_Plan]) -> Iterator[list[_Plan]]:
         yield batch
 
 
-def _read(lister: Source, batch: list[_Plan]) -> None:
-    """Read ahead what each journal of a round lacks, all at once."""
+def _read(many: Callable[[list[Call]], list[Any]], batch: list[_Plan]) -> None:
+    """Read ahead what each journal of a round lacks, all at once (`many`: spread over the workers' channels,
+    so several sftp-servers serve them: 1,000 small reads took 0.16-0.22 s so, 0.46 s on one channel)."""
     reads: list[Call] = []
     wanted: list[tuple[_Plan, str, int, int, bool]] = []
     for p in batch:
         for name, start, size, to_end in p.reads:
             reads.append(("read", p.journal, name, start, size))
             wanted.append((p, name, start, size, to_end))
-    for (p, name, start, size, to_end), got in zip(wanted, lister.many(reads) if reads else [], strict=True):
+    for (p, name, start, size, to_end), got in zip(wanted, many(reads) if reads else [], strict=True):
         if isinstance(got, bytes):
             # Fewer bytes than asked: not the end of the file as listed (it shrank, or a short read).
             p.data[name] = (start, got, to_end and len(got) == size)
