@@ -123,6 +123,7 @@ def latency_rounds(server: Sshd, scratch: Path, src: Path, names: list[str], wri
     )  # fmt: skip
     latencies: list[float] = []
     try:
+        os.sync()
         deadline = time.monotonic() + 300
         for name in names:  # the initial copy
             while not os.path.isdir(hub / f"c.{name}" / "jnl") or sej.next_offset(str(hub / f"c.{name}")) < (
@@ -177,7 +178,7 @@ def bench_hub_scale(cfg: Config, scratch: Path) -> list[Result]:
         return []
     series = QUICK_SERIES if cfg.quick else SERIES
     reps = 1 if cfg.quick else 3
-    rounds = 3 if cfg.quick else 5
+    rounds = 3 if cfg.quick else 8
     from sej.fsutil import allow_open_files
 
     allow_open_files(4 * max(series) + 256)  # the live writers: a segment and a lock each, and their indexes
@@ -208,6 +209,7 @@ def bench_hub_scale(cfg: Config, scratch: Path) -> list[Result]:
                         # Alternate who goes first, so neither always meets a warm or a cold page cache.
                         order = ("sej", "rsync", "rsync --fsync") if rep % 2 == 0 else ("rsync --fsync", "rsync", "sej")
                         for who in order:
+                            os.sync()  # no tool pays for another's writeback (or the tree's, just written)
                             took = (run.sej_copy(hub) if who == "sej" else run.rsync(dst) if who == "rsync"
                                     else run.rsync(dst_sync, fsync=True))  # fmt: skip
                             times.setdefault((n, f"{phase}:{who}"), []).append(took)
@@ -298,7 +300,8 @@ def _result(series: tuple[int, ...], reps: int, rounds: int, times: dict[tuple[i
             "open one, with their index files) by live writers that stay open. One real OpenSSH sshd on 127.0.0.1. "
             f"`sej copy ssh://… HUB --workers {WORKERS}` (a new process each time: start-up, connection and its "
             "cache of the last run included) against `rsync -a --append -e ssh …` into its own directory, over the "
-            "same sshd and key, also with `--fsync` (durable, as the hub is). The hub checks every frame, fsyncs "
+            "same sshd and key, also with `--fsync` (durable, as the hub is); the page cache is written back "
+            "(`os.sync()`) before each run. The hub checks every frame, fsyncs "
             "what it wrote and then commits its offset on the producer (written, fsynced and renamed over SFTP); "
             "rsync copies bytes and, without `--fsync`, fsyncs nothing.",
             "Passes: initial (empty destinations), idle (nothing new), incremental (the live writers appended one "
