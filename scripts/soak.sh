@@ -9,7 +9,7 @@
 #   ssh      tests/test_hub_ssh.py: the same over SSH (a real sshd on 127.0.0.1): even rounds kill
 #            the hub process, odd rounds cut its SSH connection.
 #   scale    tests/test_hub_scale.py: `sej copy` over SSH SIGKILLed at random moments of its passes over
-#            1,024 journals (SEJ_SOAK_JOURNALS) that a producer writes to all along; the hub ends
+#            1,000 journals (SEJ_SOAK_JOURNALS) that writers append to all along; the hub ends
 #            byte-identical, every message once, every offset on the source equal to the hub's.
 #
 # The same tests run in CI with a few rounds in a time budget; SEJ_SOAK_ROUNDS=N makes them run N

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -490,3 +491,28 @@ def test_many_calls_in_flight_give_each_its_own_result_or_error(sshd, tmp_path) 
         source.close()
     finally:
         client.close()
+
+
+def test_stale_commit_temp_files_left_on_the_producer_are_removed_over_sftp(sshd, tmp_path) -> None:
+    """A hub killed mid-commit leaves `hub.ofs.<hex>.tmp` in the producer's ofs/; the next commit over the same
+    connection clears that journal's stale ones (older than STALE_TEMP_AGE by the server's clock) and nothing else."""
+    from sej.offset import STALE_TEMP_AGE
+
+    src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
+    produce(src, 200)
+    assert all(o.error is None for o in copy_over_ssh(sshd, src, hub))
+    ofs = Path(src, "p.2.001", "ofs")
+    old = time.time() - STALE_TEMP_AGE - 60
+    stale = [f"hub.ofs.{i:016x}.tmp" for i in range(5)] + ["other.ofs.1234.tmp"]
+    kept = {"hub.ofs.00000000000000ff.tmp": "young", "hub.ofs.0000000000000abc.tmp": "dir", "notes.txt": "other"}
+    for name in stale:
+        (ofs / name).write_bytes(b"\0" * 8)
+        os.utime(ofs / name, (old, old))
+    for name, what in kept.items():
+        (ofs / name).mkdir() if what == "dir" else (ofs / name).write_bytes(b"x")
+        if what != "young":
+            os.utime(ofs / name, (old, old))
+    produce(src, 50, seed=7)  # every journal changes: each commits once
+    assert all(o.error is None for o in copy_over_ssh(sshd, src, hub))
+    assert sorted(os.listdir(ofs)) == sorted([*kept, "hub.ofs"])
+    assert_identical(src, hub)

@@ -18,7 +18,15 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 from ..errors import CorruptionError, InvalidArgumentError, SejError, UnsafeFileError
 from ..fsutil import kind, open_dir, open_regular, temp_name
 from ..layout import OFFSET_DIR, SEGMENT_DIR, offset_file_name, parse_segment_name, segment_name
-from ..offset import encode_offset, parse_offset, read_offset_at, remove_stale_temps, write_offset_at
+from ..offset import (
+    STALE_TEMP_AGE,
+    TEMP_RE,
+    encode_offset,
+    parse_offset,
+    read_offset_at,
+    remove_stale_temps,
+    write_offset_at,
+)
 from ..shard.name import is_shard_name, parse_shard
 from .names import check_journal_name, check_segment_name
 from .pipeline import Op, expect, expect_ok
@@ -120,6 +128,14 @@ def _sort_out(name: str, mode: int, jnl: Callable[[str], int | None]) -> tuple[s
     if not stat.S_ISDIR(mode):
         return None, f"its jnl is a {kind(mode)}, not a directory"
     return name, None
+
+
+def _is_ok(reply: Any) -> bool:
+    try:
+        expect_ok(reply)
+        return True
+    except (OSError, EOFError):
+        return False
 
 
 def _valid_segments(entries: list[tuple[str, int]], where: str) -> list[SourceSegment]:
@@ -303,10 +319,12 @@ class SftpSource:
     and `many` runs many calls with their requests in flight together.
     """
 
-    def __init__(self, sftp: paramiko.SFTPClient, root: str, label: str) -> None:
+    def __init__(self, sftp: paramiko.SFTPClient, root: str, label: str, cleaned: set[str] | None = None) -> None:
         from .pipeline import Pipeline
 
         self.sftp = sftp
+        # Journals whose ofs/ was cleared of stale commit temp files (shared by the sources of a connection).
+        self._cleaned: set[str] = cleaned if cleaned is not None else set()
         self.label = label  # user@host:port, for messages
         self._errors = _transport_errors()
         self._pipe = Pipeline(sftp)
@@ -454,13 +472,12 @@ class SftpSource:
         entries = yield from self._closing(handle, self._read_dir(handle, jdir))
         return _valid_segments(entries, jdir)
 
-    def _read_dir(self, handle: bytes, jdir: str) -> Op[list[tuple[str, int]]]:
-        """(name, size) of the segment files of an open jnl/ directory."""
+    def _read_entries(self, handle: bytes, path: str) -> Op[list[tuple[str, paramiko.SFTPAttributes]]]:
+        """(name, attributes) of every entry of an open directory; a listing must make progress and end."""
         from paramiko import SFTPAttributes
         from paramiko.sftp import CMD_NAME, CMD_READDIR
 
-        entries: list[tuple[str, int]] = []
-        listed = 0
+        entries: list[tuple[str, paramiko.SFTPAttributes]] = []
         while True:
             (reply,) = yield [(CMD_READDIR, handle)]
             try:
@@ -468,21 +485,45 @@ class SftpSource:
             except EOFError:
                 return entries
             count = msg.get_int()
-            listed += count
-            if count == 0 or listed > MAX_LISTED:  # no progress, or no end: stop reading this server
-                raise SourceError(f"{self.label}:{jdir}: a directory listing of {count} more entries after "
-                                  f"{listed - count}; refusing it")  # fmt: skip
+            if count == 0 or len(entries) + count > MAX_LISTED:  # no progress, or no end: stop reading this server
+                raise SourceError(f"{self.label}:{path}: a directory listing of {count} more entries after "
+                                  f"{len(entries)}; refusing it")  # fmt: skip
             for _ in range(count):
                 filename, _long = msg.get_text(), msg.get_text()
-                attrs = SFTPAttributes._from_msg(msg, filename)
-                if parse_segment_name(filename) is None:
-                    continue  # quarantine files, index files, anything else
-                mode = attrs.st_mode or 0
-                if stat.S_ISDIR(mode):
-                    continue  # not a segment (as in sej.layout.list_segments)
-                if not stat.S_ISREG(mode):
-                    raise UnsafeFileError(f"{self.label}:{posixpath.join(jdir, filename)}", kind(mode))
-                entries.append((filename, attrs.st_size or 0))
+                entries.append((filename, SFTPAttributes._from_msg(msg, filename)))
+
+    def _read_dir(self, handle: bytes, jdir: str) -> Op[list[tuple[str, int]]]:
+        """(name, size) of the segment files of an open jnl/ directory."""
+        out: list[tuple[str, int]] = []
+        for filename, attrs in (yield from self._read_entries(handle, jdir)):
+            if parse_segment_name(filename) is None:
+                continue  # quarantine files, index files, anything else
+            mode = attrs.st_mode or 0
+            if stat.S_ISDIR(mode):
+                continue  # not a segment (as in sej.layout.list_segments)
+            if not stat.S_ISREG(mode):
+                raise UnsafeFileError(f"{self.label}:{posixpath.join(jdir, filename)}", kind(mode))
+            out.append((filename, attrs.st_size or 0))
+        return out
+
+    def _remove_stale_temps(self, ofs: str, final: str) -> Op[list[str]]:
+        """Remove the commit temp files (TEMP_RE) in `ofs` that are STALE_TEMP_AGE older than `final`, the
+        offset file just written: killed commits leave them, and the server's clock is the one to compare
+        with. Nothing else is touched; the names removed are returned."""
+        from paramiko.sftp import CMD_HANDLE, CMD_OPENDIR, CMD_REMOVE
+
+        (reply,) = yield [(CMD_OPENDIR, ofs.encode())]
+        handle = expect(reply, CMD_HANDLE).get_binary()
+        entries = yield from self._closing(handle, self._read_entries(handle, ofs))
+        now = next((a.st_mtime for n, a in entries if n == posixpath.basename(final)), None)
+        if now is None:
+            return []
+        stale = [n for n, a in entries if TEMP_RE.match(n) and not stat.S_ISDIR(a.st_mode or 0)
+                 and (a.st_mtime or 0) <= now - STALE_TEMP_AGE]  # fmt: skip
+        if not stale:
+            return []
+        replies = yield [(CMD_REMOVE, posixpath.join(ofs, n).encode()) for n in stale]  # a symlink itself, if one
+        return [n for n, r in zip(stale, replies, strict=True) if _is_ok(r)]
 
     def _closing(self, handle: bytes, op: Op[T]) -> Op[T]:
         """Run `op`, then close `handle`, also when `op` fails."""
@@ -603,6 +644,16 @@ class SftpSource:
         except BaseException:
             yield [(CMD_REMOVE, tmp.encode())]  # our own temp file; an error here changes nothing
             raise
+        if journal not in self._cleaned:  # once per journal and connection: what killed commits left
+            self._cleaned.add(journal)
+            try:
+                removed = yield from self._remove_stale_temps(ofs, final)
+                if removed:
+                    log.info("%s: removed %d stale commit temp files", self.describe(journal), len(removed))
+            except GeneratorExit:
+                raise
+            except (SejError, OSError, EOFError) as e:  # the commit is done; cleaning up is best effort
+                log.debug("%s: cannot remove stale temp files: %s", self.describe(journal), e)
 
     def describe(self, journal: str, name: str = "") -> str:
         path = posixpath.join(self.root, journal, SEGMENT_DIR, name) if name else posixpath.join(self.root, journal)
