@@ -230,6 +230,10 @@ class Prefetched:
     def describe(self, journal: str, name: str = "") -> str:
         return self.source.describe(journal, name)
 
+    @property
+    def remote(self) -> bool:
+        return getattr(self.source, "remote", False)
+
     def close(self) -> None:
         pass  # the pass closes its sources
 
@@ -354,6 +358,14 @@ def copy_all(
                 outcomes[j] = JournalOutcome(j, None, e)
                 continue
             plans.append(_Plan(j, d, state.tail(j, d), state.committed.get(j)))
+        # Over SFTP, reads and commits go over the workers' channels; a local source's calls stay in this
+        # thread (a daemon thread in sej-hub): one stuck in the kernel must not hold up the process's exit,
+        # as a pool thread would.
+        remote = getattr(lister, "remote", False)
+
+        def spread(calls: list[Call]) -> list[Any]:
+            return _spread(pool, own_source, calls, workers)
+
         took = _Phases()
         with took("probe"):
             work = _probe(lister, plans, outcomes)
@@ -368,7 +380,7 @@ def copy_all(
                     if stop is not None and stop.is_set():
                         break
                     with took("read"):
-                        _read(lambda calls: _spread(pool, own_source, calls, workers), batch)
+                        _read(spread if remote else lister.many, batch)
 
                     def one(p: _Plan) -> tuple[_Plan, JournalOutcome, Prefetched]:
                         src = Prefetched(own_source(), p.segments, p.data, p.committed)
@@ -390,7 +402,7 @@ def copy_all(
                         if p.grown and outcome.result is not None:
                             grown.append(p)
                     with took("commit"):
-                        _commit(lambda calls: _spread(pool, own_source, calls, workers), done, reader, state, outcomes)
+                        _commit(spread if remote else lister.many, done, reader, state, outcomes)
                 with took("probe"):
                     work = _rolled_over(lister, grown, state)
                 if not work:

@@ -173,6 +173,7 @@ class _Watched:
     def __init__(self, src: Source, client: _Client) -> None:
         self.src = src
         self.client = client
+        self.remote = getattr(src, "remote", False)
 
     def journals(self) -> list[str]:
         with self.client.call():

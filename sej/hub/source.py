@@ -80,6 +80,12 @@ class SourceError(SejError):
 class Source(Protocol):
     """What the copier needs from a producer's side."""
 
+    @property
+    def remote(self) -> bool:
+        """Over the network (SFTP): its calls can be spread over threads, since a stuck one is ended by
+        closing the connection. A local call stuck in the kernel cannot be ended; it stays in a daemon thread."""
+        ...
+
     def journals(self) -> list[str]: ...
 
     def skipped(self) -> dict[str, str]: ...
@@ -158,6 +164,8 @@ class LocalSource:
     and anything else than what the layout says raises UnsafeFileError naming it. Only `root`
     itself (the hub's configuration) may be reached through a symlink.
     """
+
+    remote = False
 
     def __init__(self, root: str) -> None:
         root = os.path.abspath(root)
@@ -318,6 +326,8 @@ class SftpSource:
     Every call is an operation of sej.hub.pipeline: a single call waits for its own replies,
     and `many` runs many calls with their requests in flight together.
     """
+
+    remote = True
 
     def __init__(self, sftp: paramiko.SFTPClient, root: str, label: str, cleaned: set[str] | None = None) -> None:
         from .pipeline import Pipeline
