@@ -165,7 +165,7 @@ class CopyState:
 
     def keep_only(self, journals: set[str]) -> None:
         """Forget the journals a pass no longer found on the source."""
-        for gone in [j for j in self.tails if j not in journals] + [j for j in self.committed if j not in journals]:
+        for gone in (self.tails.keys() | self.committed.keys()) - journals:
             self.tails.pop(gone, None)
             self.committed.pop(gone, None)
             self.changed = True
@@ -501,8 +501,8 @@ def _rounds(work: list[_Plan]) -> Iterator[list[_Plan]]:
 
 
 def _read(many: Callable[[list[Call]], list[Any]], batch: list[_Plan]) -> None:
-    """Read ahead what each journal of a round lacks, all at once (`many`: spread over the workers' channels,
-    so several sftp-servers serve them: 1,000 small reads took 0.16-0.22 s so, 0.46 s on one channel)."""
+    """Read ahead what each journal of a round lacks, all at once. Over SFTP `many` spreads them over the
+    workers' channels, so several sftp-servers serve them (1,000 small reads: 0.16-0.22 s, 0.46 s on one)."""
     reads: list[Call] = []
     wanted: list[tuple[_Plan, str, int, int, bool]] = []
     for p in batch:

@@ -132,12 +132,12 @@ class _Destination:
         if self.seg is None:
             return False
         try:
-            for fd, path in ((self.seg.fd, segment_path(self.dir, self.seg.first)),
-                             (self.lock.fileno(), writer_lock_path(self.dir))):  # fmt: skip
-                held, there = os.fstat(fd), os.stat(path, follow_symlinks=False)
+            seg, lock = os.fstat(self.seg.fd), os.fstat(self.lock.fileno())
+            for held, path in ((seg, segment_path(self.dir, self.seg.first)), (lock, writer_lock_path(self.dir))):
+                there = os.stat(path, follow_symlinks=False)
                 if (held.st_dev, held.st_ino) != (there.st_dev, there.st_ino):
                     return False
-            return os.fstat(self.seg.fd).st_size == self.seg.size
+            return seg.st_size == self.seg.size
         except OSError:
             return False
 

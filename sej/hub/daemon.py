@@ -217,7 +217,7 @@ class _Watched:
 class _Client:
     """One producer: its connection, kept between passes, and its run of failures."""
 
-    def __init__(self, hub: HubConfig, cfg: ClientConfig) -> None:
+    def __init__(self, hub: HubConfig, cfg: ClientConfig, destinations: Destinations | None = None) -> None:
         self.hub = hub
         self.cfg = cfg
         self.remote: Sources | None = None  # the producer's Sources over SSH: one connection, kept between passes
@@ -227,7 +227,7 @@ class _Client:
         self.skips_told: set[str] = set()  # directories under the client's root already reported as not journals
         self.told_empty = False  # "no journal found" was reported
         self.state = CopyState()  # what the last pass learned: unchanged journals cost two lstats
-        self.destinations: Destinations | None = None  # the hub's journals kept open (set by Hub)
+        self.destinations = destinations  # the hub's journals kept open between passes (the Hub's, shared)
         self._calls: dict[int, float] = {}  # calls to the producer under way: token -> when they started
         self._calls_lock = threading.Lock()
         self._tokens = itertools.count()
@@ -412,10 +412,8 @@ class Hub:
 
     def __init__(self, config: HubConfig) -> None:
         self.config = config
-        self._clients = [_Client(config, c) for c in config.clients]
         self.destinations = Destinations(_open_journals())
-        for c in self._clients:
-            c.destinations = self.destinations
+        self._clients = [_Client(config, c, self.destinations) for c in config.clients]
 
     def run_once(self, stop: threading.Event | None = None) -> list[ClientReport]:
         """One pass over every client (all at once); one report per client, in config order.
