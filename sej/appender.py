@@ -3,21 +3,36 @@
 One class for every writer of segments (Kafka's LogSegment, in small): the journal
 `Writer` and the hub's copies. Opening recovers the last segment (a torn tail is cut
 aside, see sej.recovery) or starts the first one; `start` begins the next segment;
-`write` appends bytes of whole frames; `sync` makes them durable. What goes in the
-bytes (packing, buffering, checking copied frames) is the caller's business.
+`write` appends bytes of whole frames and records their checksums (sej.checksum);
+`sync` makes the bytes durable. What goes in the bytes (packing, buffering, checking
+copied frames) is the caller's business.
+
+The checksum file of a segment is fsynced when the segment is finished (`start` of the
+next one) and at `close`; after a crash, opening seals the bytes written since its
+last durable record from the segment as it is on disk (see docs/durability.md).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import IO
 
 from . import index as idx
-from .errors import CorruptionError
+from .checksum import BLOCK, HEADER, RECORD, Hasher, SumFile, check_header, pack, parse_records
+from .errors import CorruptionError, UnsafeFileError
 from .frames import NO_TIMESTAMP
-from .fsutil import fsync_dir, open_file
-from .layout import index_dir, index_path, list_segments, segment_dir, segment_path
+from .fsutil import fsync_dir, open_file, open_regular
+from .layout import index_dir, index_path, list_segments, segment_dir, segment_path, sum_path
 from .recovery import recover_tail
+from .segment import pread_full
+
+log = logging.getLogger("sej.checksum")
+
+SEAL_CHUNK = 1 << 20
+
+CHECKSUMS = True
+"""Write checksum files. Only the benchmark turns this off, to measure what they cost."""
 
 
 class SegmentAppender:
@@ -27,7 +42,7 @@ class SegmentAppender:
     segment; callers advance them as they append. `recovered` is what recovery cut.
     """
 
-    __slots__ = ("dir", "file", "fd", "first", "size", "next_offset", "max_ts", "index", "recovered")
+    __slots__ = ("dir", "file", "fd", "first", "size", "next_offset", "max_ts", "index", "recovered", "sums")
 
     def __init__(self, dir: str, *, strict: bool = False, start_offset: int = 0) -> None:
         self.dir = dir
@@ -35,6 +50,7 @@ class SegmentAppender:
         os.makedirs(index_dir(dir), exist_ok=True)
         self.recovered: CorruptionError | None = None
         self.file: IO[bytes] | None = None
+        self.sums: SumFile | None = None  # None: this segment stays unchecked (see _resume_sums)
         segments = list_segments(dir)
         if not segments:
             self.start(start_offset)
@@ -49,6 +65,7 @@ class SegmentAppender:
         self.size = tail.walk.end
         self.next_offset = tail.walk.next_offset
         self.max_ts = tail.walk.max_ts
+        self.sums = self._resume_sums()
 
     def _open(self, first: int, index: idx.Appender) -> None:
         self.file = open_file(segment_path(self.dir, first), "a+b")  # readable: the hub checks its tail
@@ -63,12 +80,93 @@ class SegmentAppender:
         once nothing uses its descriptor any more (a group commit may be fsyncing it).
         """
         previous = self.file
+        self._close_sums(durable=True)  # the finished segment's checksums are durable with it
         self._open(first, idx.Appender(index_path(self.dir, first), idx.SparseIndex(first), False))
-        fsync_dir(segment_dir(self.dir))
         self.size = os.fstat(self.fd).st_size  # 0 unless an empty segment was left by a crash
+        self.sums = self._resume_sums()
+        fsync_dir(segment_dir(self.dir))
+        fsync_dir(index_dir(self.dir))
         self.next_offset = first
         self.max_ts = NO_TIMESTAMP
         return previous
+
+    def _resume_sums(self) -> SumFile | None:
+        """The checksum file of the open segment, made to agree with its `size` bytes; None: unchecked.
+
+        Missing (an old or Go journal) or not a sej checksum file: the segment stays unchecked
+        (`sej verify` reports it and can seal it) unless it is empty. Records past `size` (a tail
+        recovery cut) and a torn last record are dropped. Bytes past the last record were written
+        before a crash: they are sealed from the disk (docs/durability.md). If the open block
+        disagrees with its record, the file is left for `sej verify` and the segment stays unchecked.
+        """
+        path, size = sum_path(self.dir, self.first), self.size
+        if not CHECKSUMS:
+            return None
+        try:
+            fd = open_regular(path, os.O_RDWR | os.O_APPEND)
+        except FileNotFoundError:
+            return SumFile.create(path, self.first) if size == 0 else None
+        except UnsafeFileError as e:
+            log.warning("%s; the segment stays unchecked", e)
+            return None
+        try:
+            raw = pread_full(fd, os.fstat(fd).st_size, 0)
+            problem = check_header(raw, self.first)
+            if problem is None:
+                records, problem = parse_records(memoryview(raw)[HEADER.size :], 0)
+            if problem is not None:
+                os.close(fd)
+                fd = -1
+                if size == 0:
+                    return SumFile.create(path, self.first)
+                log.warning("%s: %s; the segment stays unchecked (see sej verify)", path, problem)
+                return None
+            kept = [r for r in records if r.end <= size]
+            end = kept[-1].end if kept else 0
+            start = end // BLOCK * BLOCK
+            prefix = pread_full(self.fd, end - start, start)
+            hasher = Hasher(end, prefix)
+            if end % BLOCK and hasher.h.intdigest() != kept[-1].digest:
+                os.close(fd)
+                fd = -1
+                log.warning("%s: bytes %d..%d disagree with their checksum; the segment stays unchecked "
+                            "(see sej verify)", path, start, end)  # fmt: skip
+                return None
+            if len(raw) != HEADER.size + len(kept) * RECORD.size:
+                os.ftruncate(fd, HEADER.size + len(kept) * RECORD.size)  # what recovery cut, and a torn record
+            sums, fd = SumFile(path, fd, hasher), -1
+        finally:
+            if fd >= 0:
+                os.close(fd)
+        if end < size:
+            log.info("%s: sealing bytes %d..%d written before a crash, from the disk", path, end, size)
+            pos = end
+            while pos < size:
+                data = pread_full(self.fd, min(SEAL_CHUNK, size - pos), pos)
+                if not data:
+                    break
+                sums.add(data)
+                pos += len(data)
+        if len(raw) != HEADER.size + len(kept) * RECORD.size or end < size:
+            sums.sync()
+        return sums
+
+    def _close_sums(self, durable: bool) -> None:
+        sums, self.sums = self.sums, None
+        if sums is not None:
+            try:
+                if durable:
+                    sums.sync()
+            finally:
+                sums.close()
+
+    def cut(self, size: int) -> None:
+        """Drop the segment's bytes from `size` on (and their checksums)."""
+        os.ftruncate(self.fd, size)
+        self.size = size
+        if self.sums is not None:
+            self._close_sums(durable=False)
+            self.sums = self._resume_sums()
 
     def next_entry(self) -> int:
         """The segment position at or after which the index wants its next entry."""
@@ -84,6 +182,14 @@ class SegmentAppender:
                     done += os.write(self.fd, view[done:])
             finally:
                 self.size += done
+                if self.sums is not None and done:
+                    try:
+                        self.sums.add(view[:done])
+                    except BaseException:
+                        log.warning("%s: checksums could not be written; the rest of the segment is unchecked",
+                                    self.sums.path)  # fmt: skip
+                        self._close_sums(durable=False)
+                        raise
 
     def sync(self) -> None:
         """fsync the segment, then write the index entries added so far (they point at synced bytes)."""
@@ -91,13 +197,21 @@ class SegmentAppender:
         self.index.flush()
 
     def close(self) -> None:
-        """Write the index entries and close the segment file (no fsync: call sync first). Idempotent."""
+        """Write the index entries, fsync the checksums and close (the segment is not fsynced: call sync
+        first). Idempotent."""
         if self.file is not None:
             try:
                 self.index.close()
+                self._close_sums(durable=True)
             finally:
-                self.file.close()
-                self.file = None
+                self.drop()
+
+    def drop(self) -> None:
+        """Close the files without writing anything more. Idempotent."""
+        self._close_sums(durable=False)
+        if self.file is not None:
+            self.file.close()
+            self.file = None
 
 
 __all__ = ["SegmentAppender"]

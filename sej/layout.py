@@ -5,6 +5,7 @@
 <dir>/jnl/%016x.jnl                  segments, named by the offset of their first message
 <dir>/jnl/%016x.jnl.cut-<pos>-<ns>   bytes recovery cut from a segment (quarantine)
 <dir>/idx/%016x.idx                  sparse index of each segment (derived data, sej only)
+<dir>/idx/%016x.sum                  checksums of each segment's blocks (sej.checksum; authoritative)
 <dir>/ofs/<reader>.ofs               a reader's next offset, 8 bytes big-endian
 <dir>/ofs/<reader>.lck               that reader's lock
 <hub root>/.hub.lck                  held by the hub (daemon or cron run)
@@ -33,12 +34,14 @@ HUB_LOCK = ".hub.lck"
 ARCHIVE_LOCK = ".archive.lck"
 SEGMENT_SUFFIX = ".jnl"
 INDEX_SUFFIX = ".idx"
+SUM_SUFFIX = ".sum"
 OFFSET_SUFFIX = ".ofs"
 LOCK_SUFFIX = ".lck"
 QUARANTINE_MARK = ".cut-"
 
 SEGMENT_RE = re.compile(r"\A([0-9a-f]{16})\.jnl\Z")
 INDEX_RE = re.compile(r"\A([0-9a-f]{16})\.idx\Z")
+SUM_RE = re.compile(r"\A([0-9a-f]{16})\.sum\Z")
 READER_RE = re.compile(r"\A[A-Za-z0-9_-]+\Z")
 MAX_READER_NAME = 200
 
@@ -95,6 +98,20 @@ def parse_index_name(name: str) -> int | None:
     """The first offset of the segment an index file name belongs to, or None if it is not one."""
     m = INDEX_RE.match(name)
     return int(m.group(1), 16) if m else None
+
+
+def sum_name(first_offset: int) -> str:
+    return f"{first_offset:016x}{SUM_SUFFIX}"
+
+
+def parse_sum_name(name: str) -> int | None:
+    """The first offset of the segment a checksum file name belongs to, or None if it is not one."""
+    m = SUM_RE.match(name)
+    return int(m.group(1), 16) if m else None
+
+
+def sum_path(dir: str, first_offset: int) -> str:
+    return os.path.join(dir, INDEX_DIR, sum_name(first_offset))
 
 
 def segment_path(dir: str, first_offset: int) -> str:

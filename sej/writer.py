@@ -493,8 +493,8 @@ class Writer:
         try:
             if flush_index:
                 self._seg.close()
-            elif self._seg.file is not None:
-                self._seg.file.close()
+            else:
+                self._seg.drop()
         finally:
             unlock_file(self._lock_fh)
 

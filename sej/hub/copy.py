@@ -113,9 +113,8 @@ class _Destination:
     def cut(self, size: int) -> None:
         """Drop the bytes of the current segment from `size` on (a frame copied only in part)."""
         assert self.seg is not None
-        os.ftruncate(self.seg.fd, size)
         self.unsynced += self.seg.size - size
-        self.seg.size = size
+        self.seg.cut(size)
 
     def sync(self) -> None:
         if self.seg is None:

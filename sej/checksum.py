@@ -1,0 +1,439 @@
+"""Checksums beside the segments: the `.sum` sidecar of each segment (byte layout in docs/format.md).
+
+A segment is cut into a fixed grid of BLOCK-byte blocks. The sidecar holds a
+16-byte header (MAGIC, the segment's first offset) and then append-only records
+`end u64 | xxh3_64 u64`: the hash of the segment's bytes from the start of the
+block holding byte `end - 1` up to `end`. A complete block has a record ending at
+its boundary; the writer also records the partial block at the end of each write,
+so a later record of the same block extends an earlier one. Every record is
+checked, superseded ones included. Bytes past the last record are unchecked.
+
+The grid and the checks are pure (bytes in, mismatches out): `Hasher` makes
+records, `Verifier` checks bytes against them. `SumFile` appends to a sidecar,
+`SumReader` reads one as it grows.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from typing import NamedTuple
+
+import xxhash
+
+from .errors import CorruptionError, UnsafeFileError
+from .fsutil import open_file, open_regular
+from .segment import pread_full
+
+MAGIC = b"SEJSUM01"
+HEADER = struct.Struct(">8sQ")  # magic, first offset of the segment
+RECORD = struct.Struct(">QQ")  # end position, xxh3-64 of [block_start(end), end)
+BLOCK = 64 << 10
+"""Bytes per checksum block (see docs/benchmarks.md for the measured choice)."""
+
+_new_hash = xxhash.xxh3_64
+
+
+class Sum(NamedTuple):
+    end: int  # the record covers the block's bytes up to here
+    digest: int
+
+
+class ChecksumError(CorruptionError):
+    """A segment's bytes disagree with their checksums, or its checksum file is invalid.
+
+    `start`..`end` is the byte range of the segment, `offsets` the first and last message
+    offsets it covers (None when unknown), `sum_path` the checksum file.
+    """
+
+    def __init__(
+        self, path: str, start: int, end: int, reason: str, sum_path: str = "", offsets: tuple[int, int] | None = None
+    ) -> None:
+        where = f"bytes {start}..{end}"
+        if offsets is not None:
+            where += f", messages {offsets[0]}..{offsets[1]}"
+        super().__init__(path, start, f"{reason} ({where})")
+        self.start = start
+        self.end = end
+        self.sum_path = sum_path
+        self.offsets = offsets
+        self.detail = reason
+
+
+def block_start(end: int) -> int:
+    """The start of the block holding byte `end - 1` (0 for 0)."""
+    return (end - 1) // BLOCK * BLOCK if end > 0 else 0
+
+
+def header(first_offset: int) -> bytes:
+    return HEADER.pack(MAGIC, first_offset)
+
+
+def check_header(data: bytes, first_offset: int) -> str | None:
+    """Why `data` (a sidecar's first bytes) is not a valid header for this segment, or None."""
+    if len(data) < HEADER.size:
+        return f"checksum file header is {len(data)} bytes, not {HEADER.size}"
+    magic, first = HEADER.unpack_from(data)
+    if magic != MAGIC:
+        return f"checksum file has magic {magic!r}, not {MAGIC!r}"
+    if first != first_offset:
+        return f"checksum file is for the segment starting at offset {first}, not {first_offset}"
+    return None
+
+
+def follows(prev: int, end: int) -> bool:
+    """Whether a record ending at `end` may follow one ending at `prev` (0: none yet) on the grid."""
+    if end <= prev:
+        return False
+    s = block_start(end)
+    return s == prev or (prev % BLOCK != 0 and s == block_start(prev))
+
+
+def parse_records(data: bytes | memoryview, prev: int) -> tuple[list[Sum], str | None]:
+    """The whole records in `data` after one ending at `prev`; and why the next one is invalid, if one is.
+
+    A torn last record (fewer than 16 bytes) is not returned and is no problem.
+    """
+    out: list[Sum] = []
+    for i in range(0, len(data) - RECORD.size + 1, RECORD.size):
+        end, digest = RECORD.unpack_from(data, i)
+        if not follows(prev, end):
+            return out, f"checksum record {i // RECORD.size} ends at byte {end}, which cannot follow byte {prev}"
+        out.append(Sum(end, digest))
+        prev = end
+    return out, None
+
+
+def pack(records: list[Sum]) -> bytes:
+    return b"".join(RECORD.pack(*r) for r in records)
+
+
+class Hasher:
+    """Makes the records for bytes appended at `pos` on (the grid's running hash)."""
+
+    __slots__ = ("pos", "h")
+
+    def __init__(self, pos: int = 0, prefix: bytes | memoryview = b"") -> None:
+        """`prefix`: the segment's bytes from block_start(pos) to pos."""
+        if len(prefix) != pos - (pos // BLOCK * BLOCK):
+            raise ValueError(f"prefix of {len(prefix)} bytes for position {pos}")
+        self.pos = pos
+        self.h = _new_hash(prefix)
+
+    def copy(self) -> Hasher:
+        other = Hasher.__new__(Hasher)
+        other.pos, other.h = self.pos, self.h.copy()
+        return other
+
+    def update(self, data: bytes | bytearray | memoryview) -> bytes:
+        """Hash `data` (the bytes at `pos`); the packed records: each block it completes, then its partial end."""
+        n = len(data)
+        if not n:
+            return b""
+        pos, h, out = self.pos, self.h, b""
+        room = BLOCK - pos % BLOCK
+        if n < room:  # the common case: inside one block
+            h.update(data)
+            self.pos = pos + n
+            return RECORD.pack(self.pos, h.intdigest())
+        with memoryview(data) as view:
+            i = 0
+            while i < n:
+                take = min(BLOCK - pos % BLOCK, n - i)
+                h.update(view[i : i + take])
+                i += take
+                pos += take
+                if pos % BLOCK == 0:
+                    out += RECORD.pack(pos, h.intdigest())
+                    h.reset()
+        self.pos = pos
+        if pos % BLOCK:
+            out += RECORD.pack(pos, h.intdigest())
+        return out
+
+
+class Mismatch(NamedTuple):
+    start: int  # the byte range the failed record covers
+    end: int
+    reason: str
+
+
+class Verifier:
+    """Checks a segment's bytes, fed in order from `pos`, against its records (pure, no I/O).
+
+    Records ending at or before `pos` are skipped (checked before). `covered` is the
+    end of the last record known; bytes may be fed up to it, no further.
+    """
+
+    __slots__ = ("pos", "h", "pending", "covered")
+
+    def __init__(self, pos: int = 0, prefix: bytes | memoryview = b"", hasher: Hasher | None = None) -> None:
+        base = hasher.copy() if hasher is not None else Hasher(pos, prefix)
+        self.pos, self.h = base.pos, base.h
+        self.pending: list[Sum] = []
+        self.covered = self.pos
+
+    def add(self, records: list[Sum]) -> Mismatch | None:
+        """Take records (in file order); a record ending exactly at `pos` is checked at once."""
+        for r in records:
+            if r.end <= self.pos:
+                # Only a partial record ending exactly here can still be checked: the hash holds its bytes.
+                if r.end == self.pos and r.end % BLOCK and self.h.intdigest() != r.digest:
+                    return Mismatch(block_start(r.end), r.end, "checksum mismatch")
+                continue
+            self.pending.append(r)
+            self.covered = r.end
+        return None
+
+    def feed(self, data: bytes | bytearray | memoryview) -> Mismatch | None:
+        """Check `data`, the bytes at `pos` (not past `covered`); the first record that fails, if one does."""
+        n = len(data)
+        if self.pos + n > self.covered:
+            raise ValueError(f"fed up to byte {self.pos + n}, past the checked end {self.covered}")
+        pending, h, pos = self.pending, self.h, self.pos
+        with memoryview(data) as view:
+            i = k = 0
+            try:
+                while k < len(pending):
+                    r = pending[k]
+                    take = r.end - pos
+                    if take > n - i:
+                        break
+                    h.update(view[i : i + take])
+                    i += take
+                    pos = r.end
+                    k += 1
+                    if h.intdigest() != r.digest:
+                        return Mismatch(block_start(r.end), r.end, "checksum mismatch")
+                    if pos % BLOCK == 0:
+                        h.reset()
+                if i < n:
+                    h.update(view[i:])
+                    pos += n - i
+            finally:
+                del pending[:k]
+                self.pos = pos
+        return None
+
+
+def messages_in(fd: int, size: int, first_offset: int, start: int, end: int) -> tuple[int, int] | None:
+    """Offsets of the first and last messages overlapping bytes start..end of a segment (None if unknown).
+
+    Walks the frames from the segment's start by their sizes, reading only headers:
+    it is for error reports, not for the hot path.
+    """
+    from .frames import HEADER as FRAME_HEADER
+    from .frames import frame_total
+
+    pos, first, last = 0, None, 0
+    for _ in range(1 << 32):  # bounded: every step advances by at least a frame's overhead
+        if pos >= min(end, size):
+            break
+        head = os.pread(fd, FRAME_HEADER.size + 127 + 4, pos)
+        total = frame_total(head, 0, len(head))
+        if total is None or total < 26:
+            break  # damaged frames: report what is known
+        if pos + total > start:
+            last = FRAME_HEADER.unpack_from(head)[0]
+            if first is None:
+                first = last
+        pos += total
+    return (first, last) if first is not None else None
+
+
+def error_for(path: str, sum_path: str, fd: int, size: int, first_offset: int, m: Mismatch) -> ChecksumError:
+    """A ChecksumError for a mismatch, with the offsets of the messages it covers."""
+    return ChecksumError(path, m.start, m.end, m.reason, sum_path, messages_in(fd, size, first_offset, m.start, m.end))
+
+
+class SegmentCheck(NamedTuple):
+    """What checking one segment against its checksum file found."""
+
+    size: int  # the segment's size when checked
+    has_sums: bool  # it has a checksum file
+    checked: int  # bytes 0..checked are covered by checksums; checked..size are unchecked
+    errors: list[ChecksumError]  # mismatches, and an invalid checksum file
+
+
+CHECK_CHUNK = 16 * BLOCK
+
+
+def check_segment(path: str, sum_path: str, first_offset: int) -> SegmentCheck:
+    """Check every record of a segment's checksum file against the segment's bytes.
+
+    The checksum file is read before the segment, so a writer appending meanwhile is
+    no problem. A block that fails is reported once (with the offsets of its messages);
+    checking goes on with the next block.
+    """
+    try:
+        sfd = open_regular(sum_path)
+    except FileNotFoundError:
+        sfd = -1
+    except UnsafeFileError as e:
+        with open_file(path) as f:
+            return SegmentCheck(os.fstat(f.fileno()).st_size, True, 0,
+                                [ChecksumError(path, 0, 0, f"checksum file: {e}", sum_path)])  # fmt: skip
+    try:
+        raw = _read_all(sfd) if sfd >= 0 else b""
+    finally:
+        if sfd >= 0:
+            os.close(sfd)
+    with open_file(path) as f:
+        fd = f.fileno()
+        size = os.fstat(fd).st_size
+        if sfd < 0:
+            return SegmentCheck(size, False, 0, [])
+        errors: list[ChecksumError] = []
+        problem = check_header(raw, first_offset)
+        if problem is not None:
+            return SegmentCheck(size, True, 0, [ChecksumError(path, 0, 0, problem, sum_path)])
+        body = memoryview(raw)[HEADER.size :]
+        records, problem = parse_records(body[: len(body) - len(body) % RECORD.size], 0)
+        if problem is not None:
+            at = records[-1].end if records else 0
+            errors.append(ChecksumError(path, at, at, f"{sum_path}: {problem}", sum_path))
+        past = [r for r in records if r.end > size]
+        if past:
+            errors.append(ChecksumError(path, size, past[-1].end, f"{sum_path}: checksums for bytes past the "
+                                        f"segment's end ({size} bytes)", sum_path))  # fmt: skip
+            records = [r for r in records if r.end <= size]
+        errors += _check_records(fd, size, first_offset, records, path, sum_path)
+        return SegmentCheck(size, True, records[-1].end if records else 0, errors)
+
+
+def _check_records(fd: int, size: int, first: int, records: list[Sum], path: str, sum_path: str) -> list[ChecksumError]:
+    errors: list[ChecksumError] = []
+    h = _new_hash()
+    pos = cur = 0  # bytes hashed up to `pos`, in the block starting at `cur`
+    buf, buf_at = b"", 0
+    for r in records:
+        bs = block_start(r.end)
+        if bs != cur:
+            h.reset()
+            pos = cur = bs
+        elif pos < 0:
+            continue  # this block already failed
+        if pos < buf_at or r.end > buf_at + len(buf):
+            buf_at = pos
+            buf = pread_full(fd, max(CHECK_CHUNK, r.end - pos), pos)
+        h.update(memoryview(buf)[pos - buf_at : r.end - buf_at])
+        pos = r.end
+        if h.intdigest() != r.digest:
+            errors.append(error_for(path, sum_path, fd, size, first, Mismatch(bs, r.end, "checksum mismatch")))
+            pos = -1
+        elif pos % BLOCK == 0:
+            h.reset()
+            cur = pos
+    return errors
+
+
+def _read_all(fd: int) -> bytes:
+    parts = []
+    for _ in range(1 << 30):
+        part = os.read(fd, 1 << 20)
+        if not part:
+            break
+        parts.append(part)
+    return b"".join(parts)
+
+
+class SumReader:
+    """Reads a segment's sidecar as it grows; records past `prev` are validated against the grid."""
+
+    __slots__ = ("path", "first", "fd", "read_to", "prev", "problem")
+
+    def __init__(self, path: str, first_offset: int) -> None:
+        """Raises FileNotFoundError when there is no sidecar (the segment is unchecked)."""
+        self.path = path
+        self.first = first_offset
+        self.fd = open_regular(path)
+        self.read_to = 0
+        self.prev = 0
+        self.problem: str | None = None
+
+    def read(self) -> list[Sum]:
+        """The whole records added since the last call. Raises ChecksumError once the file is invalid."""
+        if self.problem is not None:
+            raise ChecksumError(self.path, self.read_to, self.read_to, self.problem, self.path)
+        if self.read_to == 0:
+            head = os.pread(self.fd, HEADER.size, 0)
+            if len(head) < HEADER.size:
+                return []  # being created
+            self.problem = check_header(head, self.first)
+            if self.problem is not None:
+                return self.read()
+            self.read_to = HEADER.size
+        out: list[Sum] = []
+        for _ in range(1 << 20):
+            data = os.pread(self.fd, 1 << 20, self.read_to)
+            whole = len(data) - len(data) % RECORD.size
+            recs, problem = parse_records(memoryview(data)[:whole], self.prev)
+            out += recs
+            if recs:
+                self.prev = recs[-1].end
+            self.read_to += len(recs) * RECORD.size
+            if problem is not None:
+                self.problem = f"{self.path}: {problem}"
+                if not out:
+                    return self.read()
+                return out  # the valid records first; the next call raises
+            if len(data) < 1 << 20:
+                break
+        return out
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+class SumFile:
+    """Appends records to a segment's sidecar (the writer's and the hub's, through SegmentAppender)."""
+
+    __slots__ = ("path", "fd", "hasher")
+
+    def __init__(self, path: str, fd: int, hasher: Hasher) -> None:
+        self.path, self.fd, self.hasher = path, fd, hasher
+
+    @classmethod
+    def create(cls, path: str, first_offset: int) -> SumFile:
+        """A new, empty sidecar for an empty segment (any file there is replaced)."""
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+        try:
+            _write_all(fd, header(first_offset))
+        except BaseException:
+            os.close(fd)
+            raise
+        return cls(path, fd, Hasher())
+
+    def add(self, data: bytes | bytearray | memoryview) -> None:
+        """Record `data`, just appended to the segment."""
+        _write_all(self.fd, self.hasher.update(data))
+
+    def sync(self) -> None:
+        os.fsync(self.fd)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            try:
+                os.close(self.fd)
+            finally:
+                self.fd = -1
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    with memoryview(data) as view:
+        done = 0
+        while done < len(view):
+            done += os.write(fd, view[done:])
+
+
+__all__ = [
+    "BLOCK", "CHECK_CHUNK", "HEADER", "SegmentCheck", "check_segment", "MAGIC", "RECORD", "ChecksumError", "Hasher", "Mismatch", "Sum", "SumFile", "SumReader",
+    "Verifier", "block_start", "check_header", "error_for", "follows", "header", "messages_in", "pack",
+    "parse_records",
+]  # fmt: skip
