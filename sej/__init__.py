@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from .errors import (
     ClosedError,
+    ChecksumError,
     CorruptionError,
     CorruptionWarning,
     DataLossError,
@@ -32,6 +33,7 @@ __version__ = "0.1.0"
 __all__ = [
     "NO_TIMESTAMP",
     "ClosedError",
+    "ChecksumError",
     "CorruptionError",
     "CorruptionWarning",
     "DataLossError",

@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 import xxhash
 
-from .errors import CorruptionError, UnsafeFileError
+from .errors import ChecksumError, UnsafeFileError
 from .fsutil import open_file, open_regular
 from .segment import pread_full
 
@@ -37,27 +37,6 @@ _new_hash = xxhash.xxh3_64
 class Sum(NamedTuple):
     end: int  # the record covers the block's bytes up to here
     digest: int
-
-
-class ChecksumError(CorruptionError):
-    """A segment's bytes disagree with their checksums, or its checksum file is invalid.
-
-    `start`..`end` is the byte range of the segment, `offsets` the first and last message
-    offsets it covers (None when unknown), `sum_path` the checksum file.
-    """
-
-    def __init__(
-        self, path: str, start: int, end: int, reason: str, sum_path: str = "", offsets: tuple[int, int] | None = None
-    ) -> None:
-        where = f"bytes {start}..{end}"
-        if offsets is not None:
-            where += f", messages {offsets[0]}..{offsets[1]}"
-        super().__init__(path, start, f"{reason} ({where})")
-        self.start = start
-        self.end = end
-        self.sum_path = sum_path
-        self.offsets = offsets
-        self.detail = reason
 
 
 def block_start(end: int) -> int:

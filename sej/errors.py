@@ -79,6 +79,27 @@ class CorruptionError(SejError):
         self.quarantine = quarantine
 
 
+class ChecksumError(CorruptionError):
+    """A segment's bytes disagree with their checksums, or its checksum file is invalid.
+
+    `start`..`end` is the byte range of the segment, `offsets` the first and last message
+    offsets it covers (None when unknown), `sum_path` the checksum file, `detail` what is wrong.
+    """
+
+    def __init__(
+        self, path: str, start: int, end: int, reason: str, sum_path: str = "", offsets: tuple[int, int] | None = None
+    ) -> None:
+        where = f"bytes {start}..{end}"
+        if offsets is not None:
+            where += f", messages {offsets[0]}..{offsets[1]}"
+        super().__init__(path, start, f"{reason} ({where})")
+        self.start = start
+        self.end = end
+        self.sum_path = sum_path
+        self.offsets = offsets
+        self.detail = reason
+
+
 class TruncatedError(SejError):
     """A segment shrank, vanished or was replaced while a scanner was reading it."""
 

@@ -43,8 +43,10 @@ from .layout import (
     list_readers,
     list_segments,
     parse_index_name,
+    parse_sum_name,
     reader_offset_path,
     segment_dir,
+    sum_path,
 )
 from .lock import lock_file
 from .offset import read_offset_file
@@ -277,10 +279,11 @@ def apply_retention(plan: RetentionPlan, on_delete: Callable[[Deletion], None] |
             break
         os.remove(d.segment.path)
         fsync_dir(segment_dir(path))  # one at a time: a crash can never leave a gap in the journal
-        try:
-            os.remove(index_path(path, d.segment.first_offset))
-        except FileNotFoundError:
-            pass
+        for derived in (index_path(path, d.segment.first_offset), sum_path(path, d.segment.first_offset)):
+            try:
+                os.remove(derived)
+            except FileNotFoundError:
+                pass
         deleted.append(d)
         if on_delete is not None:
             on_delete(d)
@@ -354,7 +357,7 @@ def _mtime(seg: Segment) -> tuple[int, str]:
 
 
 def _orphan_indexes(path: str, first_kept: int | None) -> list[str]:
-    """idx/ files of segments below `first_kept` (left by a crash between the two removals)."""
+    """idx/ files (indexes, checksums) of segments below `first_kept` (left by a crash between the removals)."""
     if first_kept is None:
         return []
     try:
@@ -364,6 +367,8 @@ def _orphan_indexes(path: str, first_kept: int | None) -> list[str]:
     found = []
     for name in names:
         first = parse_index_name(name)
+        if first is None:
+            first = parse_sum_name(name)
         if first is not None and first < first_kept:
             found.append(os.path.join(index_dir(path), name))
     return sorted(found)

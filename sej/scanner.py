@@ -10,12 +10,22 @@ from collections.abc import Iterator
 from operator import length_hint
 from typing import Literal
 
+from .checksum import BLOCK, ChecksumError, SumReader, Verifier, error_for
 from .errors import ClosedError, CorruptionError, InvalidArgumentError, OffsetOutOfRangeError, TruncatedError
 from .frames import MAX_OFFSET, Message
 from .fsutil import open_file
 from .journal import next_offset, offset_at_time
-from .layout import Segment, find_segment, index_path, journal_path, list_segments, segment_dir, segment_path
-from .segment import read_messages, seek_entry, written_past
+from .layout import (
+    Segment,
+    find_segment,
+    index_path,
+    journal_path,
+    list_segments,
+    segment_dir,
+    segment_path,
+    sum_path,
+)
+from .segment import CHUNK, pread_full, read_messages, seek_entry, written_past
 from .timestamps import to_ns
 from .watch import Subscription, Wakeup
 
@@ -25,12 +35,59 @@ _WAIT_SLICE = 0.5
 """Longest single wait for a file event, in seconds (see Scanner._next_batch)."""
 
 
+class _Checked:
+    """A segment's checksums, checked ahead of the scanner (`Scanner(verify=True)`)."""
+
+    __slots__ = ("sums", "sum_path", "verifier")
+
+    def __init__(self, dir: str, first: int) -> None:
+        self.sum_path = sum_path(dir, first)
+        try:
+            self.sums: SumReader | None = SumReader(self.sum_path, first)
+        except FileNotFoundError:
+            self.sums = None  # an old or Go-written segment: unchecked
+        self.verifier: Verifier | None = None
+
+    def upto(self, seg: _Open, size: int) -> int:
+        """How far from seg.pos the scanner may decode: the end of the bytes checked now.
+
+        Bytes past the last checksum record wait in the last segment (the writer records them
+        right after writing them) and are read unchecked in a finished segment.
+        """
+        if self.sums is None:
+            return size
+        v = self.verifier
+        if v is None:
+            v = self.verifier = Verifier(seg.pos // BLOCK * BLOCK)
+        m = v.add(self.sums.read())
+        if m is None:
+            end = min(v.covered, size)
+            if seg.finished and v.covered > size:
+                raise ChecksumError(seg.path, size, v.covered, f"{self.sum_path} has checksums for bytes past "
+                                    f"the end of the finished segment ({size} bytes)", self.sum_path)  # fmt: skip
+            pos = v.pos
+            while m is None and pos < end:
+                data = pread_full(seg.fd, min(CHUNK, end - pos), pos)
+                if not data:
+                    raise TruncatedError(f"{seg.path} shrank to {pos} bytes under the scanner")
+                m = v.feed(data)
+                pos += len(data)
+        if m is not None:
+            raise error_for(seg.path, self.sum_path, seg.fd, size, seg.first, m)
+        return size if seg.finished else v.pos
+
+    def close(self) -> None:
+        if self.sums is not None:
+            self.sums.close()
+
+
 class _Open:
     """The segment file being read."""
 
-    __slots__ = ("first", "path", "index_path", "file", "fd", "ino", "pos", "offset", "seen")
+    __slots__ = ("first", "path", "index_path", "file", "fd", "ino", "pos", "offset", "seen", "checked", "finished")
 
-    def __init__(self, seg: Segment, index_path: str) -> None:
+    def __init__(self, seg: Segment, index_path: str, dir: str | None = None) -> None:
+        """With `dir`, the segment's checksums are checked before its bytes are decoded."""
         self.first = seg.first_offset
         self.path = seg.path
         self.index_path = index_path
@@ -40,6 +97,19 @@ class _Open:
         self.pos = 0  # file position of the next frame
         self.offset = seg.first_offset  # its offset
         self.seen = 0  # largest file size seen: a smaller one means truncation
+        self.finished = False  # a later segment exists
+        try:
+            self.checked = _Checked(dir, seg.first_offset) if dir is not None else None
+        except BaseException:
+            self.file.close()
+            raise
+
+    def close(self) -> None:
+        try:
+            if self.checked is not None:
+                self.checked.close()
+        finally:
+            self.file.close()
 
     def read(self, limit: int) -> list[Message]:
         """Whole messages available now (possibly none). Raises on shrinking or corrupt data."""
@@ -49,6 +119,19 @@ class _Open:
         self.seen = size
         if size <= self.pos:
             return _EMPTY
+        if self.checked is not None:
+            upto = self.checked.upto(self, size)
+            if upto < size:
+                if upto <= self.pos:
+                    return _EMPTY
+                msgs, used, problem = read_messages(self.fd, self.pos, self.offset, upto, limit)
+                if msgs:
+                    self.pos += used
+                    self.offset = msgs[-1].offset + 1
+                    return msgs
+                if problem is not None and not problem.incomplete:
+                    raise CorruptionError(self.path, problem.position, problem.reason, size - problem.position)
+                return _EMPTY  # the rest of a frame is not checked yet
         msgs, used, problem = read_messages(self.fd, self.pos, self.offset, size, limit)
         if msgs:
             self.pos += used
@@ -96,6 +179,12 @@ class Scanner:
     messages appended from now on). Iteration ends when no new message arrives
     within `timeout` seconds (None: wait forever); iterating again continues
     where it stopped. Waiting is driven by file-system events (watchdog).
+
+    With `verify`, every block of a segment is checked against its checksums
+    (sej.checksum) before its messages are yielded; a mismatch or an invalid
+    checksum file raises ChecksumError (a CorruptionError). In the last segment,
+    bytes are yielded once the writer has recorded their checksums (right after
+    writing them); segments without checksums (old or Go-written) are read unchecked.
     """
 
     def __init__(
@@ -105,6 +194,7 @@ class Scanner:
         timeout: float | None = 1.0,
         *,
         batch: int = 4096,
+        verify: bool = False,
     ) -> None:
         self.dir = journal_path(dir)
         if not os.path.isdir(self.dir):
@@ -113,6 +203,9 @@ class Scanner:
         if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
             raise InvalidArgumentError(f"batch must be a positive int, got {batch!r}")
         self._limit = batch
+        if not isinstance(verify, bool):
+            raise InvalidArgumentError(f"verify must be a bool, got {verify!r}")
+        self._vdir = self.dir if verify else None  # the journal whose checksums _Open checks
         self._wakeup = Wakeup()
         self._sub: Subscription | None = None
         self._sub_path = ""
@@ -132,9 +225,11 @@ class Scanner:
         dir: str | os.PathLike[str],
         ts: int | _dt.datetime,
         timeout: float | None = 1.0,
+        *,
+        verify: bool = False,
     ) -> Scanner:
         """A scanner starting at the first message whose timestamp is >= ts (ns or aware datetime)."""
-        return cls(dir, offset_at_time(dir, to_ns(ts)), timeout)
+        return cls(dir, offset_at_time(dir, to_ns(ts)), timeout, verify=verify)
 
     # -- positioning ----------------------------------------------------------
 
@@ -153,7 +248,9 @@ class Scanner:
         i = find_segment(segments, offset)
         if i < 0:
             raise OffsetOutOfRangeError(offset, segments[0].first_offset, next_offset(self.dir))
-        seg = self._seg = _Open(segments[i], index_path(self.dir, segments[i].first_offset))
+        if self._seg is not None:
+            self._seg.close()
+        seg = self._seg = _Open(segments[i], index_path(self.dir, segments[i].first_offset), self._vdir)
         last = i == len(segments) - 1
         size = os.fstat(seg.fd).st_size
         ipath = index_path(self.dir, seg.first)
@@ -205,6 +302,7 @@ class Scanner:
                     return _EMPTY
                 nxt = later.path
             # A later segment exists, so the writer has finished this one: read what is left.
+            seg.finished = True
             msgs = seg.read(self._limit)
             if msgs:
                 self._wakeup.created = True  # look at the later segment again after these
@@ -214,8 +312,8 @@ class Scanner:
             first = int(os.path.basename(nxt)[:16], 16)
             if first != seg.offset:
                 raise CorruptionError(nxt, 0, f"gap: segment starts at offset {first}, expected {seg.offset}")
-            seg.file.close()
-            seg = self._seg = _Open(Segment(seg.offset, nxt), index_path(self.dir, seg.offset))
+            seg.close()
+            seg = self._seg = _Open(Segment(seg.offset, nxt), index_path(self.dir, seg.offset), self._vdir)
         raise AssertionError("unreachable: more than 2**20 empty segments in a row")
 
     def _later_segment(self, seg: _Open) -> Segment | None:
@@ -288,7 +386,7 @@ class Scanner:
             self._sub.close()
             self._sub = None
         if self._seg is not None:
-            self._seg.file.close()
+            self._seg.close()
             self._seg = None
 
     def __enter__(self) -> Scanner:

@@ -25,7 +25,7 @@ from typing import Any, Literal
 import pytest
 
 import sej
-from sej.layout import index_path, segment_path
+from sej.layout import index_name, index_path, segment_path, sum_name, sum_path
 from sej.lock import unlock_file
 from sej.offset import write_offset_file
 from sej.retention import LOCK_NAME, apply_retention, lock_retention, plan_retention
@@ -348,7 +348,8 @@ def test_apply_keeps_what_a_reader_no_longer_has_passed(jdir: str) -> None:
 def test_a_crash_between_the_segment_and_its_index_leaves_a_good_journal(jdir: str) -> None:
     build(jdir)
     commit(jdir, "hub", 9)
-    # The state a crash right after removing segment 0 (and fsyncing jnl/) leaves: its index is still there.
+    # The state a crash right after removing segment 0 (and fsyncing jnl/) leaves: its index and checksum
+    # file are still there.
     os.remove(segment_path(jdir, 0))
     assert indexes(jdir)[0] == 0
     assert sej.first_offset(jdir) == 3 and read_all(jdir, "first") == list(range(3, N))
@@ -362,11 +363,14 @@ def test_a_crash_between_the_segment_and_its_index_leaves_a_good_journal(jdir: s
     # The next run removes the orphan index with the segments it deletes.
     dry = cli(jdir, "--max-messages", "0", "--dry-run")
     assert f"would remove orphan index {index_path(jdir, 0)}\n" in dry.stdout, dry.stdout + dry.stderr
+    assert f"would remove orphan checksum file {sum_path(jdir, 0)}\n" in dry.stdout, dry.stdout + dry.stderr
     plan = plan_retention(jdir, max_messages=0)
-    assert plan.orphan_indexes == (index_path(jdir, 0),)
+    assert plan.orphan_indexes == (index_path(jdir, 0), sum_path(jdir, 0))
     result = apply_retention(plan)
     assert [d.segment.first_offset for d in result.deleted] == [3, 6]
-    assert result.orphan_indexes == (index_path(jdir, 0),)
+    assert result.orphan_indexes == (index_path(jdir, 0), sum_path(jdir, 0))
+    left = sorted(os.listdir(os.path.join(jdir, "idx")))
+    assert left[:2] == [index_name(9), sum_name(9)] and len(left) == 2 * len(firsts(jdir))
     assert indexes(jdir)[0] == 9 and read_all(jdir, 9) == list(range(9, 31))
 
 

@@ -34,7 +34,7 @@ import click
 
 from .. import __version__
 from ..errors import LockedError, SejError
-from ..layout import check_reader_name
+from ..layout import SUM_SUFFIX, check_reader_name
 from ..lock import unlock_file
 from ..retention import Deletion, RetentionResult, apply_retention, lock_retention, plan_retention
 from ..timestamps import NS, TimeError, parse_time
@@ -178,11 +178,11 @@ def retention(
                 click.echo(deletion_line(verb, d))
             if result is None:
                 for p in plan.orphan_indexes:
-                    click.echo(f"would remove orphan index {p}")
+                    click.echo(f"would remove orphan {_derived(p)} {p}")
                 click.echo(f"would keep {j.path} from offset {plan.first_kept}: {plan.kept}")
             else:
                 for p in result.orphan_indexes:
-                    click.echo(f"removed orphan index {p}")
+                    click.echo(f"removed orphan {_derived(p)} {p}")
                 if result.skipped:
                     skipped = _n(len(result.skipped), "planned segment")
                     click.echo(f"kept {skipped} of {j.path}: {result.skipped_because}")
@@ -195,6 +195,11 @@ def retention(
         f"in {touched} of {_n(len(journals), 'journal')}" + (f"; {failed} failed" if failed else "")
     )
     return PROBLEMS if failed else OK
+
+
+def _derived(path: str) -> str:
+    """What an idx/ file is, in words."""
+    return "checksum file" if path.endswith(SUM_SUFFIX) else "index"
 
 
 def main() -> None:
