@@ -29,6 +29,8 @@ import pytest
 
 import sej
 from testing.timing import scaled
+from sej.checksum import check_segment
+from sej.layout import sum_path
 
 try:
     from tests.conftest import popen_python, soak_rounds
@@ -189,7 +191,7 @@ def scan(dir: str, offset: int = 0, limit: float | None = None) -> list[sej.Mess
 
     def run() -> None:
         try:
-            with sej.Scanner(dir, offset=offset, timeout=0) as s:
+            with sej.Scanner(dir, offset=offset, timeout=0, verify=True) as s:
                 box["msgs"] = list(s)
                 box["end"] = s.offset
         except BaseException as e:  # reported in the test's thread
@@ -220,6 +222,15 @@ def check_exact(msgs: list[sej.Message], start: int, end: int, ctx: str) -> None
                 f"len(value)={len(e[4])} (equal value: {m.value == e[4]})"
             )
     assert len(msgs) == end - start, f"{ctx}: got {len(msgs)} messages, expected {end - start} ({start}..{end - 1})"
+
+
+def check_sums(dir: str, ctx: str, whole: bool) -> None:
+    """Every checksum record of every segment agrees with its bytes; with `whole`, they cover every byte."""
+    for seg in sej.list_segments(dir):
+        r = check_segment(seg.path, sum_path(dir, seg.first_offset), seg.first_offset)
+        assert not r.errors, f"{ctx}: {r.errors}"
+        if whole:
+            assert r.has_sums and r.checked == r.size, f"{ctx}: {seg.path}: {r}"
 
 
 def quarantine_files(dir: str) -> set[str]:
@@ -373,6 +384,10 @@ def test_sigkill_writer_at_random_moments(tmp_path: Path, slot: int, keep_on_fai
                 assert junk.startswith(got), f"{ctx}: {name} holds bytes that were not cut"
         seen_q |= new_q
 
+        # Checksums: the killed writer never left one that disagrees with the bytes it covers (what it
+        # wrote after its last record is unchecked until the next writer seals it).
+        check_sums(d, ctx + ": after the kill", whole=False)
+
         # Reopen: no error; whatever recovery cuts is exactly the bytes beyond the last whole message.
         segs = sej.list_segments(d)
         if not segs:  # killed before its writer created the journal
@@ -415,6 +430,9 @@ def test_sigkill_writer_at_random_moments(tmp_path: Path, slot: int, keep_on_fai
         # the child appended since (one batch of up to 24 steps of up to BLOCK messages each).
         assert n_new <= acked + 25 * BLOCK, f"{ctx}: {n_new} messages after acknowledgements {acks[-3:]}"
         n = n_new
+
+        # After recovery every byte of every segment is covered by a checksum that holds.
+        check_sums(d, ctx + ": after recovery", whole=True)
 
         # Full scan: contiguous 0..n-1, no duplicates, exact contents.
         check_exact(scan(d), 0, n, f"{ctx}: full scan")
@@ -498,4 +516,5 @@ def test_sigkill_right_after_a_rollover(tmp_path: Path) -> None:
             _, ts, typ, key, value = exp(target)
             assert w.append(value, key=key, type=typ, timestamp=ts) == target
     check_exact(scan(d), 0, target + 1, "full scan after appending to the empty segment")
+    check_sums(d, "after appending to the empty segment", whole=True)
     assert sej.list_segments(d)[-1].first_offset == target
