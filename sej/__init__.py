@@ -6,8 +6,8 @@ The public API; see README.md and docs/ for the format and the guarantees.
 from __future__ import annotations
 
 from .errors import (
-    ClosedError,
     ChecksumError,
+    ClosedError,
     CorruptionError,
     CorruptionWarning,
     DataLossError,

@@ -19,7 +19,7 @@ import os
 from typing import IO
 
 from . import index as idx
-from .checksum import BLOCK, HEADER, RECORD, Hasher, SumFile, check_header, pack, parse_records
+from .checksum import BLOCK, HEADER, RECORD, Hasher, SumFile, check_header, parse_records
 from .errors import CorruptionError, UnsafeFileError
 from .frames import NO_TIMESTAMP
 from .fsutil import fsync_dir, open_file, open_regular

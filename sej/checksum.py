@@ -321,11 +321,12 @@ def _read_all(fd: int) -> bytes:
 class SumReader:
     """Reads a segment's sidecar as it grows; records past `prev` are validated against the grid."""
 
-    __slots__ = ("path", "first", "fd", "read_to", "prev", "problem")
+    __slots__ = ("path", "segment", "first", "fd", "read_to", "prev", "problem")
 
-    def __init__(self, path: str, first_offset: int) -> None:
-        """Raises FileNotFoundError when there is no sidecar (the segment is unchecked)."""
+    def __init__(self, path: str, first_offset: int, segment: str) -> None:
+        """`segment`: the segment's path, for errors. FileNotFoundError when there is no sidecar (unchecked)."""
         self.path = path
+        self.segment = segment
         self.first = first_offset
         self.fd = open_regular(path)
         self.read_to = 0
@@ -335,7 +336,7 @@ class SumReader:
     def read(self) -> list[Sum]:
         """The whole records added since the last call. Raises ChecksumError once the file is invalid."""
         if self.problem is not None:
-            raise ChecksumError(self.path, self.read_to, self.read_to, self.problem, self.path)
+            raise ChecksumError(self.segment, self.prev, self.prev, self.problem, self.path)
         if self.read_to == 0:
             head = os.pread(self.fd, HEADER.size, 0)
             if len(head) < HEADER.size:
@@ -414,7 +415,26 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 __all__ = [
-    "BLOCK", "CHECK_CHUNK", "HEADER", "SegmentCheck", "check_segment", "MAGIC", "RECORD", "ChecksumError", "Hasher", "Mismatch", "Sum", "SumFile", "SumReader",
-    "Verifier", "block_start", "check_header", "error_for", "follows", "header", "messages_in", "pack",
+    "BLOCK",
+    "CHECK_CHUNK",
+    "HEADER",
+    "MAGIC",
+    "RECORD",
+    "ChecksumError",
+    "Hasher",
+    "Mismatch",
+    "SegmentCheck",
+    "Sum",
+    "SumFile",
+    "SumReader",
+    "Verifier",
+    "block_start",
+    "check_header",
+    "check_segment",
+    "error_for",
+    "follows",
+    "header",
+    "messages_in",
+    "pack",
     "parse_records",
-]  # fmt: skip
+]

@@ -40,10 +40,10 @@ class _Checked:
 
     __slots__ = ("sums", "sum_path", "verifier")
 
-    def __init__(self, dir: str, first: int) -> None:
+    def __init__(self, dir: str, first: int, segment: str) -> None:
         self.sum_path = sum_path(dir, first)
         try:
-            self.sums: SumReader | None = SumReader(self.sum_path, first)
+            self.sums: SumReader | None = SumReader(self.sum_path, first, segment)
         except FileNotFoundError:
             self.sums = None  # an old or Go-written segment: unchecked
         self.verifier: Verifier | None = None
@@ -61,10 +61,12 @@ class _Checked:
             v = self.verifier = Verifier(seg.pos // BLOCK * BLOCK)
         m = v.add(self.sums.read())
         if m is None:
+            # The writer records bytes after writing them: a record past the size seen after reading it is bad.
+            now = os.fstat(seg.fd).st_size
+            if v.covered > now >= size:
+                raise ChecksumError(seg.path, now, v.covered, f"{self.sum_path} has checksums for bytes past "
+                                    f"the end of the segment ({now} bytes)", self.sum_path)  # fmt: skip
             end = min(v.covered, size)
-            if seg.finished and v.covered > size:
-                raise ChecksumError(seg.path, size, v.covered, f"{self.sum_path} has checksums for bytes past "
-                                    f"the end of the finished segment ({size} bytes)", self.sum_path)  # fmt: skip
             pos = v.pos
             while m is None and pos < end:
                 data = pread_full(seg.fd, min(CHUNK, end - pos), pos)
@@ -99,7 +101,7 @@ class _Open:
         self.seen = 0  # largest file size seen: a smaller one means truncation
         self.finished = False  # a later segment exists
         try:
-            self.checked = _Checked(dir, seg.first_offset) if dir is not None else None
+            self.checked = _Checked(dir, seg.first_offset, seg.path) if dir is not None else None
         except BaseException:
             self.file.close()
             raise

@@ -28,9 +28,9 @@ from pathlib import Path
 import pytest
 
 import sej
-from testing.timing import scaled
 from sej.checksum import check_segment
 from sej.layout import sum_path
+from testing.timing import scaled
 
 try:
     from tests.conftest import popen_python, soak_rounds

@@ -1,0 +1,372 @@
+"""Checksums (sej.checksum): the grid's pure functions, the writer's sidecars through recovery, and
+`Scanner(verify=True)` catching every flipped byte, on a journal and on a hub root."""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+import xxhash
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import sej
+from sej.checksum import (
+    BLOCK,
+    HEADER,
+    RECORD,
+    Hasher,
+    Verifier,
+    block_start,
+    check_segment,
+    parse_records,
+)
+from sej.layout import list_segments, sum_path
+from testing.timing import scaled
+
+# -- the grid, pure ---------------------------------------------------------------------------------
+
+
+def records_for(data: bytes, cuts: list[int]) -> bytes:
+    """The records a writer makes appending `data` in pieces ending at `cuts`."""
+    h, out, prev = Hasher(), b"", 0
+    for c in [*sorted(set(cuts)), len(data)]:
+        if prev < c <= len(data):
+            out += h.update(data[prev:c])
+            prev = c
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 3 * BLOCK + 7), st.lists(st.integers(0, 3 * BLOCK + 7), max_size=12), st.data())
+def test_records_cover_every_byte_and_catch_any_flip(n: int, cuts: list[int], draw: st.DataObject) -> None:
+    data = random.Random(n).randbytes(n)
+    recs, problem = parse_records(records_for(data, cuts), 0)
+    assert problem is None and recs[-1].end == n
+    # Every complete block has a record at its boundary, with the block's hash.
+    ends = {r.end: r.digest for r in recs}
+    for b in range(BLOCK, n + 1, BLOCK):
+        assert ends[b] == xxhash.xxh3_64_intdigest(data[b - BLOCK : b])
+    for r in recs:
+        assert r.digest == xxhash.xxh3_64_intdigest(data[block_start(r.end) : r.end])
+    v = Verifier()
+    assert v.add(recs) is None and v.covered == n
+    assert v.feed(data) is None
+    # From any position, primed with its block's prefix, in any pieces.
+    pos = draw.draw(st.integers(0, n))
+    v = Verifier(pos, data[pos // BLOCK * BLOCK : pos])
+    assert v.add(recs) is None
+    step = draw.draw(st.integers(1, n))
+    for i in range(pos, n, step):
+        assert v.feed(data[i : i + step]) is None
+    # Any flipped bit is caught, in the range that holds it.
+    at = draw.draw(st.integers(0, n - 1))
+    bad = bytearray(data)
+    bad[at] ^= 1 << draw.draw(st.integers(0, 7))
+    v = Verifier()
+    v.add(recs)
+    m = v.feed(bytes(bad))
+    assert m is not None and m.start <= at < m.end
+
+
+def test_parse_records_refuses_records_off_the_grid() -> None:
+    def rec(*ends: int) -> bytes:
+        return b"".join(RECORD.pack(e, 0) for e in ends)
+
+    assert parse_records(rec(10, 20, BLOCK, BLOCK + 5), 0)[1] is None
+    for bad in [(0,), (10, 10), (20, 10), (BLOCK + 1,), (10, BLOCK + 1), (BLOCK, 2 * BLOCK + 1)]:
+        recs, problem = parse_records(rec(*bad), 0)
+        assert problem is not None and "cannot follow" in problem, bad
+    # a torn record is not one
+    assert parse_records(rec(10) + b"\0" * 7, 0) == ([(10, 0)], None)
+
+
+# -- journals -----------------------------------------------------------------------------------------
+
+
+def write_journal(dir: str, n: int = 2500, seed: int = 7, segment_size: int = 160 << 10) -> list[tuple[bytes, bytes]]:
+    """Messages of 0..600 bytes with flushes at random points (partial records); returns (key, value)s."""
+    rng = random.Random(seed)
+    msgs = []
+    with sej.Writer(dir, segment_size=segment_size) as w:
+        for i in range(n):
+            key, value = b"k%d" % i, rng.randbytes(rng.randrange(600))
+            w.append(value, key=key, timestamp=i)
+            msgs.append((key, value))
+            if rng.random() < 0.02:
+                w.flush()
+    return msgs
+
+
+def fully_checked(dir: str) -> None:
+    for seg in list_segments(dir):
+        r = check_segment(seg.path, sum_path(dir, seg.first_offset), seg.first_offset)
+        assert r.has_sums and r.checked == r.size and not r.errors, r
+
+
+def test_writer_sidecars_cover_every_byte(jdir: str) -> None:
+    write_journal(jdir)
+    segs = list_segments(jdir)
+    assert len(segs) >= 3
+    fully_checked(jdir)
+    for seg in segs:
+        with open(sum_path(jdir, seg.first_offset), "rb") as f:
+            raw = f.read()
+        assert raw[:16] == HEADER.pack(b"SEJSUM01", seg.first_offset) and (len(raw) - 16) % 16 == 0
+
+
+def scan_all(dir: str, offset: int = 0, verify: bool = True) -> list[sej.Message]:
+    with sej.Scanner(dir, offset, timeout=0, verify=verify) as s:
+        return list(s)
+
+
+def test_scanner_verify_reads_exactly_what_was_written(jdir: str) -> None:
+    msgs = write_journal(jdir)
+    got = scan_all(jdir)
+    assert [(m.key, m.value) for m in got] == msgs
+    for start in (1, 700, 1999, len(msgs) - 1, len(msgs)):
+        assert [(m.key, m.value) for m in scan_all(jdir, start)] == msgs[start:]
+
+
+def test_scanner_verify_follows_a_live_writer(jdir: str) -> None:
+    """A tailing verified scanner gets every message; the writer records checksums right after each write."""
+    n = 3000
+    rng = random.Random(3)
+    values = [rng.randbytes(rng.randrange(400)) for _ in range(n)]
+    got: list[bytes] = []
+    done = threading.Event()
+
+    def read() -> None:
+        with sej.Scanner(jdir, 0, timeout=scaled(30), verify=True) as s:
+            for m in s:
+                got.append(m.value)
+                if len(got) == n:
+                    break
+        done.set()
+
+    with sej.Writer(jdir, segment_size=96 << 10) as w:
+        w.append(values[0])
+        w.flush()
+        t = threading.Thread(target=read, daemon=True)
+        t.start()
+        for i, v in enumerate(values[1:], 1):
+            w.append(v)
+            if i % 37 == 0:
+                w.flush()
+        w.flush()
+        assert done.wait(scaled(60)), f"the scanner got {len(got)} of {n}"
+    t.join(scaled(10))
+    assert got == values
+
+
+def flip_positions(dir: str, rng: random.Random, count: int) -> list[tuple[str, int, str]]:
+    """(file, position, what) over keys, values, frame headers and checksum files, `count` of them."""
+    segs = list_segments(dir)
+    spots: dict[str, list[tuple[str, int]]] = {"key": [], "value": [], "header": [], "sums": []}
+    for seg in segs:
+        data = Path(seg.path).read_bytes()
+        pos = 0
+        while pos < len(data):
+            ks = data[pos + 17]
+            vs = int.from_bytes(data[pos + 18 + ks : pos + 22 + ks], "big")
+            total = 26 + ks + vs
+            spots["header"] += [(seg.path, pos + i) for i in range(18)]
+            spots["key"] += [(seg.path, pos + 18 + i) for i in range(ks)]
+            spots["value"] += [(seg.path, pos + 22 + ks + i) for i in range(vs)]
+            spots["header"] += [(seg.path, pos + 18 + ks + i) for i in range(4)] + [
+                (seg.path, pos + total - 4 + i) for i in range(4)
+            ]
+            pos += total
+        spath = sum_path(dir, seg.first_offset)
+        spots["sums"] += [(spath, i) for i in range(os.path.getsize(spath))]
+    out = []
+    kinds = list(spots)
+    for i in range(count):
+        kind = kinds[i % len(kinds)]
+        path, pos = rng.choice(spots[kind])
+        out.append((path, pos, kind))
+    return out
+
+
+def flip(path: str, pos: int, bit: int) -> None:
+    with open(path, "r+b") as f:
+        f.seek(pos)
+        b = f.read(1)[0]
+        f.seek(pos)
+        f.write(bytes([b ^ (1 << bit)]))
+
+
+def segment_of(dir: str, path: str) -> sej.Segment:
+    name = os.path.basename(path)[:16]
+    return next(s for s in list_segments(dir) if os.path.basename(s.path)[:16] == name)
+
+
+def check_flips_caught_by_scanner(dir: str, msgs: list[tuple[bytes, bytes]], count: int, seed: int) -> dict[str, int]:
+    rng = random.Random(seed)
+    caught: dict[str, int] = {}
+    for path, pos, kind in flip_positions(dir, rng, count):
+        seg = segment_of(dir, path)
+        bit = rng.randrange(8)
+        flip(path, pos, bit)
+        try:
+            got: list[sej.Message] = []
+            with pytest.raises(sej.CorruptionError) as e, sej.Scanner(dir, seg.first_offset, 0, verify=True) as s:
+                for m in s:
+                    got.append(m)
+            # Nothing damaged was yielded: every message before the error is the one written.
+            assert [(m.key, m.value) for m in got] == msgs[seg.first_offset : seg.first_offset + len(got)], (
+                kind, path, pos)  # fmt: skip
+            err = e.value
+            assert err.path == seg.path, (kind, path, pos, err)
+            if isinstance(err, sej.ChecksumError) and kind != "sums":
+                assert err.start <= pos < err.end and err.offsets is not None, (kind, pos, err)
+            caught[kind] = caught.get(kind, 0) + 1
+        finally:
+            flip(path, pos, bit)
+    return caught
+
+
+@pytest.mark.slow
+def test_scanner_verify_catches_every_flipped_byte(tmp_path: Path) -> None:
+    d = str(tmp_path / "journal")
+    msgs = write_journal(d)
+    caught = check_flips_caught_by_scanner(d, msgs, 1000, seed=11)
+    assert sum(caught.values()) == 1000 and len(caught) == 4, caught
+    assert scan_all(d) and [(m.key, m.value) for m in scan_all(d)] == msgs  # restored
+
+
+@pytest.mark.slow
+def test_scanner_verify_catches_every_flipped_byte_on_a_hub_root(tmp_path: Path) -> None:
+    from sej.hub.copy import copy_journal
+    from sej.hub.source import LocalSource
+
+    root = tmp_path / "producer"
+    msgs = write_journal(str(root / "ev"))
+    hub = tmp_path / "hub"
+    hub.mkdir()
+    source = LocalSource(str(root))
+    try:
+        copy_journal(source, "ev", str(hub), "c1", "hub")
+    finally:
+        source.close()
+    d = str(hub / "c1.ev")
+    fully_checked(d)
+    caught = check_flips_caught_by_scanner(d, msgs, 1000, seed=12)
+    assert sum(caught.values()) == 1000 and len(caught) == 4, caught
+
+
+# -- recovery keeps checksums consistent ----------------------------------------------------------------
+
+
+def last_sums(dir: str) -> tuple[sej.Segment, str]:
+    seg = list_segments(dir)[-1]
+    return seg, sum_path(dir, seg.first_offset)
+
+
+def test_a_tail_cut_by_recovery_drops_its_checksums(jdir: str) -> None:
+    msgs = write_journal(jdir, n=400)
+    seg, spath = last_sums(jdir)
+    size = os.path.getsize(seg.path)
+    with open(seg.path, "ab") as f:
+        f.write(b"\x00" * 40)  # a torn frame
+    with open(spath, "ab") as f:  # checksums of the torn bytes, and a torn record
+        f.write(
+            Hasher(size, Path(seg.path).read_bytes()[size // BLOCK * BLOCK : size]).update(b"\x00" * 40) + b"\1" * 5
+        )
+    with pytest.warns(sej.CorruptionWarning):
+        w = sej.Writer(jdir, segment_size=160 << 10)
+    with w:
+        assert w.recovered is not None and os.path.getsize(seg.path) == size
+        recs, problem = parse_records(Path(spath).read_bytes()[16:], 0)
+        assert problem is None and recs[-1].end == size and (os.path.getsize(spath) - 16) % 16 == 0
+        w.append(b"after")
+    fully_checked(jdir)
+    assert [m.value for m in scan_all(jdir)] == [v for _, v in msgs] + [b"after"]
+
+
+def test_bytes_written_before_a_crash_are_sealed_from_the_disk(jdir: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A writer killed between writing bytes and their checksums: the next one seals the gap."""
+    write_journal(jdir, n=400)
+    seg, spath = last_sums(jdir)
+    with open(spath, "r+b") as f:
+        f.truncate(os.path.getsize(spath) - 2 * RECORD.size)
+    assert check_segment(seg.path, spath, seg.first_offset).checked < os.path.getsize(seg.path)
+    with caplog.at_level(logging.INFO, logger="sej.checksum"), sej.Writer(jdir, segment_size=160 << 10) as w:
+        w.append(b"more")
+    assert "sealing bytes" in caplog.text
+    fully_checked(jdir)
+
+
+def test_an_open_block_that_disagrees_is_left_for_verify(jdir: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Damage in the open block found at startup: the writer goes on, the segment stays unchecked from there,
+    and the mismatch stays visible (nothing rewrites it)."""
+    write_journal(jdir, n=400)
+    with sej.Writer(jdir, segment_size=160 << 10) as w:
+        w.append(b"v" * 100)
+    seg, spath = last_sums(jdir)
+    size = os.path.getsize(seg.path)
+    flip(seg.path, size - 10, 0)  # in the last message's value: the frame stays whole
+    before = Path(spath).read_bytes()
+    with caplog.at_level(logging.WARNING, logger="sej.checksum"), sej.Writer(jdir, segment_size=160 << 10) as w:
+        assert w.recovered is None
+        w.append(b"more")
+    assert "disagree with their checksum" in caplog.text
+    assert Path(spath).read_bytes() == before
+    r = check_segment(seg.path, spath, seg.first_offset)
+    assert len(r.errors) == 1 and r.errors[0].start <= size - 10 < r.errors[0].end == r.checked
+    assert r.checked < r.size  # "more" was appended unchecked
+    with pytest.raises(sej.ChecksumError):
+        scan_all(jdir)
+
+
+def test_go_journals_without_checksums_read_and_get_them_from_the_next_segment(jdir: str) -> None:
+    msgs = write_journal(jdir, n=1200)
+    segs = list_segments(jdir)
+    for seg in segs:
+        os.remove(sum_path(jdir, seg.first_offset))
+    assert [(m.key, m.value) for m in scan_all(jdir)] == msgs
+    for seg in segs:
+        r = check_segment(seg.path, sum_path(jdir, seg.first_offset), seg.first_offset)
+        assert not r.has_sums and r.checked == 0 and not r.errors
+    with sej.Writer(jdir, segment_size=160 << 10) as w:
+        for i in range(600):
+            w.append(b"%0400d" % i)
+    later = list_segments(jdir)[len(segs) :]
+    assert later
+    assert not os.path.exists(sum_path(jdir, segs[-1].first_offset))  # appended to, still unchecked
+    for seg in later:
+        r = check_segment(seg.path, sum_path(jdir, seg.first_offset), seg.first_offset)
+        assert r.has_sums and r.checked == r.size and not r.errors
+    assert len(scan_all(jdir)) == 1800
+
+
+def test_invalid_or_unsafe_checksum_files_raise(jdir: str) -> None:
+    write_journal(jdir, n=800)
+    seg = list_segments(jdir)[1]
+    spath = sum_path(jdir, seg.first_offset)
+    shutil.copy(spath, spath + ".bak")
+    with open(spath, "r+b") as f:
+        f.write(b"SEJSUM02")
+    with pytest.raises(sej.ChecksumError, match="magic"):
+        scan_all(jdir)
+    os.replace(spath + ".bak", spath)
+    target = spath + ".real"
+    os.rename(spath, target)
+    os.symlink(target, spath)
+    with pytest.raises(sej.UnsafeFileError):
+        scan_all(jdir)
+    os.remove(spath)
+    os.mkfifo(spath)
+    with pytest.raises(sej.UnsafeFileError):
+        scan_all(jdir)
+
+
+def test_scanner_verify_argument_is_checked(jdir: str) -> None:
+    write_journal(jdir, n=10)
+    with pytest.raises(sej.InvalidArgumentError, match="verify"):
+        sej.Scanner(jdir, verify="yes")  # type: ignore[arg-type]
