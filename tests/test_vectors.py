@@ -450,6 +450,28 @@ def test_writer_produces_the_go_segments(tmp_path: Path, options: dict[str, Any]
     assert os.path.exists(os.path.join(d, "jnl.lck"))
 
 
+def test_checksum_file_of_segment_0(tmp_path: Path) -> None:
+    """The checksum file beside SEGMENT_0 is the one docs/format.md dumps, byte for byte."""
+    import xxhash
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "format.md").read_text()
+    dump = doc.split("<!-- checksum-example-begin -->")[1].split("```text")[1].split("```")[0]
+    documented = bytes.fromhex("".join(line.split("|")[0].split(":")[1] for line in dump.strip().splitlines()))
+    header = b"SEJSUM01" + bytes(8)
+    whole = header + (64).to_bytes(8, "big") + xxhash.xxh3_64_digest(SEGMENT_0)
+    assert documented == whole
+    for durability, expected in [
+        ("buffered", whole),
+        ("flush", header + (32).to_bytes(8, "big") + xxhash.xxh3_64_digest(SEGMENT_0[:32])
+         + (64).to_bytes(8, "big") + xxhash.xxh3_64_digest(SEGMENT_0)),
+    ]:  # fmt: skip
+        d = str(tmp_path / durability)
+        with sej.Writer(d, segment_size=SEGMENT_SIZE, durability=durability) as w:
+            write_messages(w, range(2))
+        with open(os.path.join(d, "idx", "0000000000000000.sum"), "rb") as f:
+            assert f.read() == expected, durability
+
+
 def test_writer_creates_the_next_segment_at_rollover_not_at_next_append(tmp_path: Path) -> None:
     d = str(tmp_path / "py")
     with sej.Writer(d, segment_size=SEGMENT_SIZE, durability="flush") as w:
