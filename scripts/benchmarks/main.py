@@ -14,6 +14,7 @@ from pathlib import Path
 
 import sej
 
+from .checksums import bench_checksums
 from .common import FULL, KEY, QUICK, ROOT, Config, fresh, log, perf_counter, values_for
 from .follow import bench_follow
 from .group_commit import bench_group_commit
@@ -55,6 +56,7 @@ STEPS: tuple[tuple[tuple[str, ...], str, Run], ...] = (
     (("spark_read",), "benchmark 12: Spark read throughput", alone(bench_spark_read)),
     (("spark_scale",), "benchmark 13: Spark over many small journals", alone(bench_spark_scale)),
     (("hub_scale",), "benchmark 14: the hub at scale, against rsync", alone(bench_hub_scale)),
+    (("checksums",), "benchmark 15: what checksums cost", alone(bench_checksums)),
 )
 BENCHMARKS = tuple(name for names, _, _ in STEPS for name in names)
 

@@ -12,10 +12,10 @@ from .common import FRAME_SIZE, HEAD, I32, KEY, VALUE_SIZE, Config, fresh, log, 
 from .results import Result, Row, fmt_list, medians, rate, ratio, verdict
 
 
-def sej_scan(dir: Path, n: int) -> float:
+def sej_scan(dir: Path, n: int, verify: bool = False) -> float:
     gc.collect()
     t0 = perf_counter()
-    sc = sej.Scanner(dir, 0, timeout=0)
+    sc = sej.Scanner(dir, 0, timeout=0, verify=verify)
     count = 0
     total = 0
     for m in sc:
