@@ -278,6 +278,20 @@ def last_segment(journal: str) -> str:
     return sej.list_segments(journal)[-1].path
 
 
+def append_checksummed(journal: str, seg: str, data: bytes) -> None:
+    """Append `data` to a segment and record its checksums, as a writer does (sej.checksum)."""
+    from sej.checksum import BLOCK, Hasher
+    from sej.layout import sum_path
+
+    size = os.path.getsize(seg)
+    start = size // BLOCK * BLOCK
+    records = Hasher(size, Path(seg).read_bytes()[start:size]).update(data)
+    with open(seg, "ab") as f:
+        f.write(data)
+    with open(sum_path(journal, int(os.path.basename(seg)[:16], 16)), "ab") as f:
+        f.write(records)
+
+
 def snapshot(hub: str) -> dict[str, dict[str, bytes]]:
     return {d: journal_files(os.path.join(hub, d)) for d in sorted(os.listdir(hub))}
 
@@ -304,9 +318,8 @@ def test_a_source_that_disagrees_stops_that_journal_only(copied: tuple[str, str]
         with sej.Writer(victim, start_offset=10_000) as w:
             w.append(b"new history")
         seg = last_segment(victim)
-    else:
-        with open(seg, "ab") as f:
-            f.write(b"\x00" * 8 + b"garbage-garbage-garbage-garbage")
+    else:  # a producer bug: garbage written as a frame, checksummed as written (so the hub copies up to it)
+        append_checksummed(victim, seg, b"\x00" * 8 + b"garbage-garbage-garbage-garbage")
     out = {o.journal: o for o in copy_all(lambda: LocalSource(src), hub, "c1", "hub")}
     err = out["p.2.001"].error
     assert isinstance(err, CopyError), err

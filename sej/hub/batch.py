@@ -221,6 +221,9 @@ class Prefetched:
                 return data[pos - start : pos - start + size]
         return self.source.read(journal, name, pos, size)
 
+    def read_sums(self, journal: str, name: str) -> bytes | None:
+        return self.source.read_sums(journal, name)
+
     def read_offset(self, journal: str, reader: str) -> int | None:
         return self._committed
 

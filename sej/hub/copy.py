@@ -19,6 +19,8 @@ from typing import NamedTuple
 
 from .. import index as idx
 from ..appender import SegmentAppender
+from ..checksum import BLOCK, RECORD, Verifier, check_header, parse_records
+from ..checksum import HEADER as SUM_HEADER
 from ..errors import SejError
 from ..frames import HEADER, I32, NO_TIMESTAMP, frame_total, walk_frames
 from ..layout import index_dir, list_segments, segment_dir, segment_name, segment_path, writer_lock_path
@@ -37,6 +39,9 @@ SYNC_EVERY = 64 << 20
 
 CHECK_WINDOW = 4096
 """Bytes at the end of the destination compared with the source before every copy."""
+
+VERIFY = True
+"""Check copied bytes against the producer's checksums. Only the benchmark turns this off, to measure the cost."""
 
 
 class CopyError(SejError):
@@ -148,6 +153,59 @@ class _Destination:
             unlock_file(self.lock)
 
 
+class _SumCheck:
+    """The producer's checksums of one segment, checking the bytes the hub is about to write (end to end).
+
+    `limit`: in the source's last segment, bytes past the last checksum record wait for the next pass
+    (the producer records bytes right after writing them); None: copy everything (a finished segment).
+    """
+
+    def __init__(
+        self, raw: bytes, seg: SourceSegment, dest: _Destination, last: bool, fail: Callable[[str], CopyError]
+    ):
+        self.fail = fail
+        problem = check_header(raw, seg.first_offset)
+        if problem is not None:
+            raise fail(f"invalid checksum file: {problem}")
+        body = memoryview(raw)[SUM_HEADER.size :]
+        records, problem = parse_records(body[: len(body) - len(body) % RECORD.size], 0)
+        if problem is not None:
+            raise fail(f"invalid checksum file: {problem}")
+        pos = dest.size
+        sums = dest.seg.sums if dest.seg is not None else None
+        if sums is not None and sums.hasher.pos == pos:
+            self.v = Verifier(hasher=sums.hasher)
+        else:  # the hub's segment has no checksums of its own here: hash the block's start from its file
+            start = pos // BLOCK * BLOCK
+            self.v = Verifier(pos, dest.read_tail(pos - start) if pos > start else b"")
+        m = self.v.add(records)
+        if m is not None:
+            raise fail(f"checksum mismatch in bytes {m.start}..{m.end}")
+        if not last and self.v.covered > seg.size:
+            raise fail(f"the checksum file covers bytes up to {self.v.covered}, past the segment's end ({seg.size})")
+        # In the last segment, copy up to the last record within the size listed (records after it may be for
+        # bytes written since the listing; `beyond` says whether there are such records, see at_end).
+        self.limit = max((r.end for r in records if r.end <= seg.size), default=0) if last else None
+        self.beyond = self.v.covered > seg.size
+
+    def check(self, data: bytes | memoryview, pos: int) -> None:
+        """Check the bytes `data` at `pos` that checksums cover and were not checked yet; raise CopyError."""
+        v = self.v
+        lo, hi = v.pos - pos, min(len(data), v.covered - pos)
+        if lo < 0:
+            raise self.fail(f"bytes {pos}..{v.pos} were not checked")  # never: reads go in order
+        if hi > lo:
+            m = v.feed(memoryview(data)[lo:hi])
+            if m is not None:
+                raise self.fail(f"checksum mismatch in bytes {m.start}..{m.end}")
+
+    def at_end(self, size: int | None) -> None:
+        """The source segment now has `size` bytes: checksums past that are corrupt (the producer writes
+        bytes before their checksums)."""
+        if size is not None and self.v.covered > size:
+            raise self.fail(f"the checksum file covers bytes up to {self.v.covered}, past the segment's end ({size})")
+
+
 class Destinations:
     """The hub's journals kept open between passes (the daemon's): each one's writer lock, last segment
     and index stay open, so a pass that copies a little into many journals does not reopen and recover
@@ -253,10 +311,10 @@ def _copy_into(
                     f"{seg.first_offset}, the hub's copy continues at {dest.next}"
                 )
             dest.start_segment(seg.first_offset)
-        n, b, finished = _copy_segment(source, journal, seg, dest, where, stop, on_bytes, chunk)
+        last_listed = i == len(src) - 1
+        n, b, finished = _copy_segment(source, journal, seg, dest, where, stop, on_bytes, chunk, last_listed)
         copied += n
         copied_bytes += b
-        last_listed = i == len(src) - 1
         if not finished and not last_listed:
             # A later segment exists, so the writer had finished this one: nothing may be left.
             raise CopyError(
@@ -314,18 +372,41 @@ def _copy_segment(
     stop: threading.Event | None,
     on_bytes: Callable[[int], None] | None,
     chunk: int,
+    last: bool = True,
 ) -> tuple[int, int, bool]:
-    """Copy the frames the hub lacks of one segment; (messages, bytes, reached a clean end)."""
+    """Copy the frames the hub lacks of one segment; (messages, bytes, reached a clean end).
+
+    Bytes the producer's checksums cover are checked against them before they are written (a
+    mismatch raises CopyError, and nothing from the bad block on is written); in the source's
+    `last` segment only bytes covered by checksums are copied. A segment without a checksum file
+    (written by Go, or before checksums) is copied unchecked.
+    """
     assert dest.next is not None and dest.index is not None
     index = dest.index.index
     next_entry = next_entry_after(index)
     messages = copied = 0
     want = chunk
+    sums: _SumCheck | None = None
+    if VERIFY and seg.size > dest.size:
+        raw = source.read_sums(journal, seg.name)  # before the bytes: the producer records them after writing
+        if raw is not None:
+
+            def fail(what: str) -> CopyError:
+                return CopyError(f"{where}: {source.describe(journal, seg.name)}: {what}; copying stopped before it")
+
+            sums = _SumCheck(raw, seg, dest, last, fail)
     while stop is None or not stop.is_set():
         pos = dest.size
-        data = source.read(journal, seg.name, pos, want)
+        ask = want if sums is None or sums.limit is None else min(want, sums.limit - pos)
+        if ask <= 0:
+            if sums is not None and sums.beyond:
+                sums.at_end(source.size(journal, seg.name))  # checked once the listed bytes are copied
+            return messages, copied, True  # the rest is not covered by checksums yet
+        data = source.read(journal, seg.name, pos, ask)
         if not data:
             return messages, copied, True
+        if sums is not None:
+            sums.check(data, pos)
         f = walk_frames(data, 0, len(data), pos, dest.next, dest.max_ts, next_entry, index)
         if f.used:
             dest.write(memoryview(data)[: f.used])
@@ -345,7 +426,7 @@ def _copy_segment(
                 f"{pos + f.used}: {f.problem.reason}; copying stopped before it"
             )
         start, avail = pos + f.used, len(data) - f.used
-        if len(data) < want:
+        if len(data) < want:  # also at the end of what checksums cover
             # The end for now: a message still being written, unless whole frames follow it.
             resume = chain_back(lambda p, n: source.read(journal, seg.name, p, n), start, start + avail, dest.next)
             if resume is not None:
@@ -361,7 +442,7 @@ def _copy_segment(
             continue
         # A frame bigger than a read: checked by its trailing size, then streamed in reads of `chunk`
         # bytes, so that memory stays bounded whatever size a frame claims.
-        if not _copy_big_frame(source, journal, seg, dest, where, start, total, data, chunk, stop, on_bytes):
+        if not _copy_big_frame(source, journal, seg, dest, where, start, total, data, chunk, stop, on_bytes, sums):
             return messages, copied, False
         ts = HEADER.unpack_from(data, 0)[1]
         if ts > dest.max_ts:
@@ -388,11 +469,14 @@ def _copy_big_frame(
     chunk: int,
     stop: threading.Event | None,
     on_bytes: Callable[[int], None] | None,
+    sums: _SumCheck | None = None,
 ) -> bool:
     """Copy the `total`-byte frame at `start` whose first bytes are `head`; False if not all there yet.
 
     Whatever stops it midway (a stop request, an error) cuts the destination back to `start`.
     """
+    if sums is not None and sums.limit is not None and start + total > sums.limit:
+        return False  # not all covered by checksums yet
     trailer = source.read(journal, seg.name, start + total - 4, 4)
     if len(trailer) < 4:
         return False
@@ -417,6 +501,8 @@ def _copy_big_frame(
                 raise CopyError(
                     f"{where}: {source.describe(journal, seg.name)} shrank under the copy at byte {start + done}"
                 )
+            if sums is not None:
+                sums.check(piece, start + done)
         if dest.read_tail(4) != I32.pack(total):  # what was read, not only what was checked first
             raise CopyError(f"{where}: {source.describe(journal, seg.name)} changed under the copy at byte {start}")
     except BaseException:

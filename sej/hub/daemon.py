@@ -194,6 +194,10 @@ class _Watched:
         with self.client.call():
             return self.src.read(journal, name, pos, size)
 
+    def read_sums(self, journal: str, name: str) -> bytes | None:
+        with self.client.call():
+            return self.src.read_sums(journal, name)
+
     def many(self, calls: list[Call]) -> list[Any]:
         with self.client.call():
             return self.src.many(calls)

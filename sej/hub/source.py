@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 from ..errors import CorruptionError, InvalidArgumentError, SejError, UnsafeFileError
 from ..fsutil import kind, open_dir, open_regular, temp_name
-from ..layout import OFFSET_DIR, SEGMENT_DIR, offset_file_name, parse_segment_name, segment_name
+from ..layout import INDEX_DIR, OFFSET_DIR, SEGMENT_DIR, offset_file_name, parse_segment_name, segment_name, sum_name
 from ..offset import (
     STALE_TEMP_AGE,
     TEMP_RE,
@@ -47,6 +47,9 @@ def _transport_errors() -> tuple[type[BaseException], ...]:
 READ_RANGE = 255 << 10
 """Bytes per SFTP read request and readv range (OpenSSH's sftp-server serves at most 256 KiB less a header)."""
 
+
+MAX_SUMS = 1 << 30
+"""Largest checksum file read (a 1 GiB segment written one message per flush has 16 bytes per message)."""
 
 MAX_LISTED = 10_000_000
 """The most entries a journal's jnl/ listing may have over SFTP: a reply loop must end."""
@@ -97,6 +100,10 @@ class Source(Protocol):
         ...
 
     def read(self, journal: str, name: str, pos: int, size: int) -> bytes: ...
+
+    def read_sums(self, journal: str, name: str) -> bytes | None:
+        """The checksum file of a segment (sej.checksum); None when it has none (an unchecked segment)."""
+        ...
 
     def read_offset(self, journal: str, reader: str) -> int | None: ...
 
@@ -257,6 +264,25 @@ class LocalSource:
             fd = open_regular(seg, dir_fd=d, show=os.path.join(self.root, journal, SEGMENT_DIR, seg))
         try:
             return os.pread(fd, size, pos)
+        finally:
+            os.close(fd)
+
+    def read_sums(self, journal: str, name: str) -> bytes | None:
+        sums = sum_name(parse_segment_name(segment_name(check_segment_name(name))) or 0)
+        try:
+            with self._dir(journal, INDEX_DIR) as d:
+                fd = open_regular(sums, dir_fd=d, show=os.path.join(self.root, journal, INDEX_DIR, sums))
+        except FileNotFoundError:
+            return None
+        try:
+            parts, got = [], 0
+            while got < MAX_SUMS:
+                part = os.pread(fd, min(1 << 20, MAX_SUMS - got), got)
+                if not part:
+                    break
+                parts.append(part)
+                got += len(part)
+            return b"".join(parts)
         finally:
             os.close(fd)
 
@@ -424,6 +450,26 @@ class SftpSource:
                 return b"".join(f.readv(ranges)) if ranges else b""
         except self._errors as e:
             raise SourceError(f"{self.label}:{path}: {e}") from None
+
+    def read_sums(self, journal: str, name: str) -> bytes | None:
+        path = self._sums_path(journal, name)
+        return self._call(self._read_sums(journal, name), path)
+
+    def _sums_path(self, journal: str, name: str) -> str:
+        first = parse_segment_name(segment_name(check_segment_name(name))) or 0
+        return self._path(journal, INDEX_DIR, sum_name(first))
+
+    def _read_sums(self, journal: str, name: str) -> Op[bytes | None]:
+        from paramiko.sftp import SFTP_FLAG_READ
+
+        path = self._sums_path(journal, name)
+        (attrs,) = yield from self._lstats(path)
+        if attrs is None:
+            return None
+        self._is(path, attrs, stat.S_ISREG, "a regular file")  # never open a FIFO: it would hang the server
+        end = min(attrs.st_size or 0, MAX_SUMS)
+        handle = yield from self._open(path, SFTP_FLAG_READ)
+        return (yield from self._closing(handle, self._read_open(path, handle, 0, end)))
 
     def read_offset(self, journal: str, reader: str) -> int | None:
         path = self._path(journal, OFFSET_DIR, offset_file_name(reader))

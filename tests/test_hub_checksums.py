@@ -1,0 +1,168 @@
+"""The hub verifies end to end: copied bytes are checked against the producer's checksums before they are
+written, nothing is committed past a mismatch, and the hub root carries checksums of its own."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+
+import sej
+from sej.checksum import check_segment
+from sej.hub.copy import CopyError, copy_journal
+from sej.hub.source import LocalSource
+from sej.layout import list_segments, sum_path
+from tests.test_checksums import flip, flip_positions, fully_checked, write_journal
+
+from .test_hub_ssh import connect_to
+
+
+def copy(source: object, hub: str) -> object:
+    return copy_journal(source, "ev", hub, "c1", "hub")  # type: ignore[arg-type]
+
+
+def prefix_of(hub_dir: str, src_dir: str) -> None:
+    """Every segment the hub has is a byte prefix of the producer's."""
+    for seg in list_segments(hub_dir):
+        mine = Path(seg.path).read_bytes()
+        theirs = Path(src_dir, "jnl", os.path.basename(seg.path)).read_bytes()
+        assert theirs.startswith(mine), seg.path
+
+
+def check_flips(source: object, src_dir: str, scratch: Path, count: int, seed: int) -> dict[str, int]:
+    rng = random.Random(seed)
+    caught: dict[str, int] = {}
+    for i, (path, pos, kind) in enumerate(flip_positions(src_dir, rng, count)):
+        bit = rng.randrange(8)
+        flip(path, pos, bit)
+        hub = str(scratch / f"hub{i}")
+        try:
+            with pytest.raises(CopyError) as e:
+                copy(source, hub)
+            msg = str(e.value)
+            name = os.path.basename(path)[:16]
+            assert "client c1" in msg and "journal ev" in msg and f"{name}.jnl" in msg, (kind, pos, msg)
+            # Nothing committed on the producer, nothing of the damaged bytes written at the hub.
+            assert not os.path.exists(os.path.join(src_dir, "ofs", "hub.ofs")), (kind, pos)
+            hub_dir = os.path.join(hub, "c1.ev")
+            flip(path, pos, bit)  # compare with the clean producer
+            prefix_of(hub_dir, src_dir)
+            if kind != "sums":
+                assert "bytes " in msg, msg
+                held = os.path.join(hub_dir, "jnl", f"{name}.jnl")
+                assert not os.path.exists(held) or os.path.getsize(held) <= pos, (kind, pos, msg)
+            flip(path, pos, bit)
+            caught[kind] = caught.get(kind, 0) + 1
+        finally:
+            flip(path, pos, bit)
+            shutil.rmtree(hub, ignore_errors=True)
+    return caught
+
+
+@pytest.mark.slow
+def test_every_flipped_byte_stops_the_copy_before_it(tmp_path: Path) -> None:
+    root = tmp_path / "producer"
+    write_journal(str(root / "ev"))
+    source = LocalSource(str(root))
+    try:
+        caught = check_flips(source, str(root / "ev"), tmp_path, 1000, seed=21)
+        assert sum(caught.values()) == 1000 and len(caught) == 4, caught
+        # restored: the copy goes through, and the hub root is checksummed
+        hub = str(tmp_path / "hub")
+        copy(source, hub)
+    finally:
+        source.close()
+    fully_checked(os.path.join(hub, "c1.ev"))
+
+
+def test_flipped_bytes_over_a_real_sshd(tmp_path: Path, sshd) -> None:  # type: ignore[no-untyped-def]
+    from sej.hub.ssh import sftp_sources
+
+    root = tmp_path / "producer"
+    write_journal(str(root / "ev"))
+    client = connect_to(sshd)
+    try:
+        source = sftp_sources(client, str(root), "test")()
+        try:
+            caught = check_flips(source, str(root / "ev"), tmp_path, 12, seed=22)
+            assert sum(caught.values()) == 12, caught
+        finally:
+            source.close()
+    finally:
+        client.close()
+
+
+def test_a_go_journal_copies_unchecked_and_the_hub_root_gets_checksums(tmp_path: Path) -> None:
+    root = tmp_path / "producer"
+    msgs = write_journal(str(root / "ev"), n=1200)
+    for seg in list_segments(str(root / "ev")):
+        os.remove(sum_path(str(root / "ev"), seg.first_offset))
+    hub = str(tmp_path / "hub")
+    source = LocalSource(str(root))
+    try:
+        r = copy(source, hub)
+    finally:
+        source.close()
+    assert r.messages == len(msgs)  # type: ignore[attr-defined]
+    fully_checked(os.path.join(hub, "c1.ev"))
+
+
+def test_incremental_copies_of_a_live_journal_stay_exact_and_checksummed(tmp_path: Path) -> None:
+    """A writer appends (with flushes mid-block) between passes; each pass checks only the new bytes."""
+    root = tmp_path / "producer"
+    d = str(root / "ev")
+    hub = str(tmp_path / "hub")
+    rng = random.Random(4)
+    root.mkdir()
+    source = LocalSource(str(root))
+    try:
+        with sej.Writer(d, segment_size=200 << 10) as w:
+            for _ in range(25):
+                for _ in range(rng.randrange(1, 300)):
+                    w.append(rng.randbytes(rng.randrange(700)))
+                    if rng.random() < 0.05:
+                        w.flush()
+                w.flush()
+                r = copy(source, hub)
+                assert r.next_offset == w.next_offset  # type: ignore[attr-defined]
+                prefix_of(os.path.join(hub, "c1.ev"), d)
+        copy(source, hub)
+    finally:
+        source.close()
+    hub_dir = os.path.join(hub, "c1.ev")
+    for seg in list_segments(d):
+        assert Path(seg.path).read_bytes() == Path(hub_dir, "jnl", os.path.basename(seg.path)).read_bytes()
+    fully_checked(hub_dir)
+    for seg in list_segments(hub_dir):
+        assert not check_segment(seg.path, sum_path(hub_dir, seg.first_offset), seg.first_offset).errors
+
+
+def test_bytes_not_yet_covered_wait_for_the_next_pass(tmp_path: Path) -> None:
+    """In the producer's last segment, bytes past its last checksum record (a writer killed between the two
+    writes) are not copied until they are covered."""
+    root = tmp_path / "producer"
+    d = str(root / "ev")
+    write_journal(d, n=300)
+    seg = list_segments(d)[-1]
+    spath = sum_path(d, seg.first_offset)
+    full = Path(spath).read_bytes()
+    Path(spath).write_bytes(full[:-16])  # the last record not written yet
+    hub = str(tmp_path / "hub")
+    source = LocalSource(str(root))
+    try:
+        r = copy(source, hub)
+        held = Path(hub, "c1.ev", "jnl", os.path.basename(seg.path))
+        assert held.stat().st_size < seg_size(seg)
+        Path(spath).write_bytes(full)
+        r = copy(source, hub)
+        assert held.read_bytes() == Path(seg.path).read_bytes()
+        assert r.next_offset == 300  # type: ignore[attr-defined]
+    finally:
+        source.close()
+
+
+def seg_size(seg: sej.Segment) -> int:
+    return os.path.getsize(seg.path)
