@@ -755,11 +755,15 @@ def test_verify_reports_every_problem_with_file_and_byte(jnl: str) -> None:
     r = run("verify", jnl, code=1)
     lines = r.stdout.splitlines()
     assert lines[0].startswith(f"{seg}: byte {second}: negative key size -128")
-    assert lines[1].startswith(
+    # the damaged bytes also disagree with their checksum (the block holding them, with its messages)
+    assert lines[1].startswith(f"{seg}: byte 0: checksum mismatch (bytes 0..")
+    assert lines[2].startswith(
         f"{segment_path(jnl, 7)}: byte 0: the first frame has offset 6, but the file name says 7"
     )
-    assert lines[-1].endswith("2 problems")
-    assert "2 problems" in one_error_line(r)
+    # the renamed segment has no checksum file under its new name
+    assert lines[3].startswith(f"unchecked: {segment_path(jnl, 7)}: bytes 0..")
+    assert lines[-2].endswith("3 problems")
+    assert "3 problems" in one_error_line(r)
 
 
 def test_verify_finds_a_gap_between_segments(jnl: str) -> None:

@@ -1,8 +1,9 @@
-"""Verifying a journal's structure: every frame of every segment, and the offset sequence.
+"""Verifying a journal: every frame of every segment, the offset sequence, and every byte's checksum.
 
 Checks, for each segment in order: every frame is whole and valid, offsets are
-consecutive within the segment, its first offset equals its name, and it starts
-where the previous segment ended. The index files (derived data) are not
+consecutive within the segment, its first offset equals its name, it starts
+where the previous segment ended, and its bytes agree with its checksum file
+(sej.checksum); bytes no checksum covers are listed as unchecked. The index files (derived data) are not
 checked. Repair is the writer's own startup recovery (`sej.recovery.recover_tail`)
 applied to the last segment under the writer lock.
 """
@@ -13,10 +14,11 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ...checksum import check_segment
 from ...frames import HEADER, NO_TIMESTAMP
 from ...fsutil import open_file
 from ...index import Entry
-from ...layout import Segment, is_quarantine_name, list_segments, segment_dir
+from ...layout import Segment, is_quarantine_name, list_segments, segment_dir, sum_path
 from ...segment import walk
 from ...shard import Journal
 
@@ -29,7 +31,9 @@ class Problem:
     position: int
     reason: str
     last_segment: bool = False  # in the journal's last segment
-    frame: bool = True  # a bad frame (the writer's recovery cuts those); False: a gap between segments
+    frame: bool = True  # a bad frame (the writer's recovery cuts those); False: a gap, a checksum mismatch
+    end: int | None = None  # a checksum mismatch: the end of the byte range
+    offsets: tuple[int, int] | None = None  # a checksum mismatch: the messages it covers, when known
 
     def __str__(self) -> str:
         return f"{self.path}: byte {self.position}: {self.reason}"
@@ -45,6 +49,8 @@ class Report:
     bytes: int = 0
     problems: list[Problem] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    unchecked: list[tuple[str, int, int]] = field(default_factory=list)  # (segment, start, end): no checksum
+    checked: int = 0  # bytes covered by checksums (all checked)
 
 
 def verify_journal(j: Journal, tick: Callable[[int], None], writer_running: bool | None) -> Report:
@@ -66,6 +72,7 @@ def verify_journal(j: Journal, tick: Callable[[int], None], writer_running: bool
         report.messages += nxt - seg.first_offset
         if problem is not None:
             report.problems.append(problem)
+        _check_sums(j.path, seg, last and bool(writer_running), report)
         expect = nxt if problem is None else None
         tick(size)
     quarantined = _quarantine_files(j.path)
@@ -101,6 +108,18 @@ def _walk_segment(
         reason = f"{reason} ({tail} bytes from here to the end of the file)"
     nxt = w.resume.next_offset if w.resume is not None else w.next_offset
     return size, Problem(seg.path, p.position, reason, last), nxt
+
+
+def _check_sums(dir: str, seg: Segment, live: bool, report: Report) -> None:
+    """Check the segment against its checksum file; `live`: its writer runs (its tail is being recorded)."""
+    c = check_segment(seg.path, sum_path(dir, seg.first_offset), seg.first_offset)
+    report.checked += c.checked
+    for e in c.errors:
+        report.problems.append(Problem(seg.path, e.start, str(e.detail) + (
+            f" (bytes {e.start}..{e.end}, messages {e.offsets[0]}..{e.offsets[1]})" if e.offsets
+            else f" (bytes {e.start}..{e.end})"), live, frame=False, end=e.end, offsets=e.offsets))  # fmt: skip
+    if c.checked < c.size and not (live and c.has_sums):
+        report.unchecked.append((seg.path, c.checked, c.size))
 
 
 def _quarantine_files(dir: str) -> list[tuple[str, int]]:

@@ -18,9 +18,10 @@ from ...lock import lock_file, unlock_file
 from ...recovery import recover_tail
 from ...retention import Deletion, RetentionPlan, apply_retention, lock_retention, plan_retention
 from ...scanner import Scanner
+from ...sealing import Sealed, seal_journal
 from ...shard import Journal
 from ...timestamps import NS, format_time
-from ..shell import Failure
+from ..shell import Failure, usage
 from .check import Problem, Report, total_bytes, verify_journal
 from .output import human_bytes, pairs, table
 from .progress import progress
@@ -137,20 +138,51 @@ def stat(dir: str, as_json: bool) -> int:
 # -- verify --------------------------------------------------------------------
 
 
-@click.command(short_help="Check every frame and the offset sequence; --repair cuts a bad tail.")
+@click.command(short_help="Check every frame, the offset sequence and every checksum; --repair cuts a bad tail.")
 @click.argument("dir", type=click.Path(path_type=str))
 @click.option("--repair", is_flag=True,
               help="Take the writer lock and cut a corrupt tail of the last segment, as the writer does.")  # fmt: skip
-def verify(dir: str, repair: bool) -> int:
-    """Check every segment of DIR: each frame, and offsets consecutive within and across segments.
+@click.option(
+    "--seal",
+    is_flag=True,
+    help="Take the writer lock and record checksums for unchecked bytes, from the bytes as they are now.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON report instead of text.")
+def verify(dir: str, repair: bool, seal: bool, as_json: bool) -> int:
+    """Check every segment of DIR: each frame, offsets consecutive within and across segments, and every
+    byte against its checksum (idx/*.sum).
 
-    Each problem is printed with its file and byte position; exit 1 if there is
-    any. With --repair, a corrupt or torn tail of a journal's last segment is
-    cut exactly as the writer does on startup (the cut bytes are kept in a
-    quarantine file beside the segment); problems elsewhere are only reported.
-    A running writer makes --repair fail (exit 1).
+    Each problem is printed with its file and byte position (a checksum mismatch with its byte range and
+    the offsets of the messages it covers); exit 1 if there is any. Bytes no checksum covers (segments
+    written by the Go original or by sej before checksums) are listed as unchecked. --seal records
+    checksums for them from the bytes as they are now: that protects them from then on but does not
+    vouch for their past. A mismatch is never sealed nor repaired: there is nothing to repair from but
+    another copy (the hub's, or the producer's). With --repair, a corrupt or torn tail of a journal's
+    last segment is cut exactly as the writer does on startup (the cut bytes are kept in a quarantine
+    file beside the segment); problems elsewhere are only reported. A running writer makes --repair
+    and --seal fail (exit 1).
     """
+    if repair and seal:
+        raise usage("--repair and --seal go in separate runs")
     journals = journals_at(dir)
+    sealed: list[Sealed] = []
+    unsealed = 0
+    if seal:
+        for j in journals:
+            try:
+                done, refused = seal_journal(j.path)
+            except LockedError:
+                unsealed += 1
+                click.echo(f"not sealed: {j.path}: a writer holds its lock {writer_lock_path(j.path)}; stop it first",
+                           err=True)  # fmt: skip
+                continue
+            sealed += done
+            for why in refused:
+                click.echo(f"not sealed: {why}", err=True)
+        if not as_json:
+            for x in sealed:
+                click.echo(f"sealed: {x.path}: bytes {x.start}..{x.end}, from the bytes as they are now "
+                           "(this does not vouch for their past)")  # fmt: skip
     with ExitStack() as stack:
         if repair:
             for j in journals:
@@ -166,11 +198,14 @@ def verify(dir: str, repair: bool) -> int:
                 running = False if repair else writer_running(j.path)
                 reports.append(verify_journal(j, tick, running))
         unrepaired = 0
-        for r in reports:
-            for p in r.problems:
-                click.echo(str(p))
-            for note in r.notes:
-                click.echo(f"note: {note}")
+        if not as_json:
+            for r in reports:
+                for p in r.problems:
+                    click.echo(str(p))
+                for path, start, end in r.unchecked:
+                    click.echo(f"unchecked: {path}: bytes {start}..{end} have no checksums")
+                for note in r.notes:
+                    click.echo(f"note: {note}")
         for r in reports:
             left = _repair(r) if repair and r.problems else r.problems
             unrepaired += len(left)
@@ -178,17 +213,56 @@ def verify(dir: str, repair: bool) -> int:
     messages = sum(r.messages for r in reports)
     size = sum(r.bytes for r in reports)
     found = sum(len(r.problems) for r in reports)
-    summary = (
-        f"verified {_n(len(reports), 'journal')}, {_n(segments, 'segment')}, {_n(messages, 'message')}, "
-        f"{size} bytes: {_n(found, 'problem') if found else 'no problems'}"
-    )
-    if repair and found:
-        summary += f", {found - unrepaired} repaired"
-    click.echo(summary)
+    unchecked = sum(end - start for r in reports for _, start, end in r.unchecked)
+    if as_json:
+        click.echo(json.dumps(_verify_json(reports, sealed, found, unchecked)))
+    else:
+        summary = (
+            f"verified {_n(len(reports), 'journal')}, {_n(segments, 'segment')}, {_n(messages, 'message')}, "
+            f"{size} bytes: {_n(found, 'problem') if found else 'no problems'}"
+        )
+        if repair and found:
+            summary += f", {found - unrepaired} repaired"
+        click.echo(summary)
+        if unchecked:
+            click.echo(f"{unchecked} bytes are unchecked (no checksums). `sej verify --seal {dir}` records checksums "
+                       "for them from the bytes as they are now: damage from then on is seen, but sealing does not "
+                       "vouch for their past.")  # fmt: skip
     if unrepaired:
         click.echo(f"sej: error: {_n(unrepaired, 'problem')} in {dir}" + (" not repaired" if repair else ""), err=True)
         return 1
-    return 0
+    return 1 if unsealed else 0
+
+
+def _verify_json(reports: list[Report], sealed: list[Sealed], found: int, unchecked: int) -> dict[str, Any]:
+    return {
+        "problems": found,
+        "unchecked_bytes": unchecked,
+        "sealed": [{"segment": x.path, "start": x.start, "end": x.end} for x in sealed],
+        "journals": [
+            {
+                "journal": r.journal.path,
+                "segments": r.segments,
+                "messages": r.messages,
+                "bytes": r.bytes,
+                "checked_bytes": r.checked,
+                "problems": [
+                    {
+                        "segment": p.path,
+                        "position": p.position,
+                        "reason": p.reason,
+                        "checksum": p.end is not None,
+                        "end": p.end,
+                        "offsets": list(p.offsets) if p.offsets else None,
+                    }  # fmt: skip
+                    for p in r.problems
+                ],
+                "unchecked": [{"segment": path, "start": start, "end": end} for path, start, end in r.unchecked],
+                "notes": r.notes,
+            }
+            for r in reports
+        ],
+    }
 
 
 def _n(n: int, word: str) -> str:

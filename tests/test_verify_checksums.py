@@ -1,0 +1,146 @@
+"""`sej verify` checks every byte against its checksum (journals and hub roots), reports unchecked bytes,
+seals them on request (never a mismatch), and has a JSON report."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import sej
+from sej.apps.cli.check import verify_journal
+from sej.checksum import check_segment
+from sej.layout import list_segments, sum_path
+from sej.sealing import seal_journal
+from sej.shard import Journal
+from testing.timing import scaled
+from tests.conftest import REPO
+from tests.test_checksums import flip, flip_positions, write_journal
+
+
+def verify(dir: str) -> object:
+    return verify_journal(Journal(os.path.basename(dir), dir), lambda n: None, False)
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "sej.apps.cli", "verify", *args], capture_output=True, text=True,
+                          timeout=scaled(120), env=dict(os.environ, PYTHONPATH=str(REPO)))  # fmt: skip
+
+
+def check_flips(dir: str, count: int, seed: int) -> dict[str, int]:
+    rng = random.Random(seed)
+    caught: dict[str, int] = {}
+    for path, pos, kind in flip_positions(dir, rng, count):
+        bit = rng.randrange(8)
+        flip(path, pos, bit)
+        try:
+            r = verify(dir)
+            problems = r.problems  # type: ignore[attr-defined]
+            name = os.path.basename(path)[:16]
+            assert any(os.path.basename(p.path)[:16] == name for p in problems), (kind, path, pos, problems)
+            if kind != "sums":
+                sums = [p for p in problems if p.end is not None]
+                assert any(p.position <= pos < p.end and p.offsets is not None for p in sums), (kind, pos, problems)
+            caught[kind] = caught.get(kind, 0) + 1
+        finally:
+            flip(path, pos, bit)
+    return caught
+
+
+@pytest.mark.slow
+def test_verify_reports_every_flipped_byte_on_a_journal(jdir: str) -> None:
+    write_journal(jdir)
+    assert not verify(jdir).problems  # type: ignore[attr-defined]
+    caught = check_flips(jdir, 1000, seed=31)
+    assert sum(caught.values()) == 1000 and len(caught) == 4, caught
+
+
+@pytest.mark.slow
+def test_verify_reports_every_flipped_byte_on_a_hub_root(tmp_path: Path) -> None:
+    from sej.hub.copy import copy_journal
+    from sej.hub.source import LocalSource
+
+    root = tmp_path / "producer"
+    write_journal(str(root / "ev"))
+    hub = tmp_path / "hub"
+    hub.mkdir()
+    source = LocalSource(str(root))
+    try:
+        copy_journal(source, "ev", str(hub), "c1", "hub")
+    finally:
+        source.close()
+    d = str(hub / "c1.ev")
+    assert not verify(d).problems  # type: ignore[attr-defined]
+    caught = check_flips(d, 1000, seed=32)
+    assert sum(caught.values()) == 1000 and len(caught) == 4, caught
+    p = cli(str(hub))  # the hub root as a whole
+    assert p.returncode == 0 and "no problems" in p.stdout and "unchecked" not in p.stdout, p.stdout + p.stderr
+
+
+def test_cli_exit_codes_and_json(jdir: str) -> None:
+    write_journal(jdir, n=800)
+    p = cli(jdir)
+    assert p.returncode == 0 and "no problems" in p.stdout and "unchecked" not in p.stdout, p.stdout + p.stderr
+    seg = list_segments(jdir)[1]
+    data = Path(seg.path).read_bytes()
+    pos = 18 + data[17] + 4 + 3  # inside the first message's value
+    flip(seg.path, pos, 2)
+    p = cli(jdir)
+    assert p.returncode == 1 and "checksum mismatch" in p.stdout and seg.path in p.stdout, p.stdout + p.stderr
+    p = cli("--json", jdir)
+    assert p.returncode == 1, p.stderr
+    report = json.loads(p.stdout)
+    (j,) = report["journals"]
+    (bad,) = [x for x in j["problems"] if x["checksum"]]
+    assert bad["segment"] == seg.path and bad["position"] <= pos < bad["end"]
+    assert bad["offsets"][0] == seg.first_offset
+    assert report["problems"] >= 1 and j["unchecked"] == []
+
+
+def test_go_journals_are_unchecked_until_sealed(jdir: str) -> None:
+    msgs = write_journal(jdir, n=1200)
+    for seg in list_segments(jdir):
+        os.remove(sum_path(jdir, seg.first_offset))
+    p = cli(jdir)
+    assert p.returncode == 0 and "unchecked" in p.stdout and "does not vouch for their past" in p.stdout, p.stdout
+    report = json.loads(cli("--json", jdir).stdout)
+    assert report["unchecked_bytes"] == sum(os.path.getsize(s.path) for s in list_segments(jdir))
+    with sej.Writer(jdir, segment_size=160 << 10):
+        p = cli("--seal", jdir)
+        assert p.returncode == 1 and "a writer holds its lock" in p.stderr, p.stdout + p.stderr
+        assert not os.path.exists(sum_path(jdir, 0))
+    p = cli("--seal", jdir)
+    assert p.returncode == 0 and "sealed:" in p.stdout and "does not vouch for their past" in p.stdout, p.stdout
+    p = cli(jdir)
+    assert p.returncode == 0 and "unchecked" not in p.stdout and "no problems" in p.stdout, p.stdout
+    with sej.Writer(jdir, segment_size=160 << 10) as w:  # a sealed journal written further stays clean
+        for i in range(500):
+            w.append(b"%0300d" % i)
+    p = cli(jdir)
+    assert p.returncode == 0 and "unchecked" not in p.stdout and "no problems" in p.stdout, p.stdout
+    with sej.Scanner(jdir, 0, timeout=0, verify=True) as s:
+        assert [m.value for m in s][: len(msgs)] == [v for _, v in msgs]
+
+
+def test_seal_appends_to_a_short_checksum_file_and_never_touches_a_mismatch(jdir: str) -> None:
+    write_journal(jdir, n=1200)
+    segs = list_segments(jdir)
+    short, bad = segs[0], segs[1]
+    sp = sum_path(jdir, short.first_offset)
+    full = Path(sp).read_bytes()
+    Path(sp).write_bytes(full[:-32])  # a tail past the last record (a crash before a power loss)
+    flip(bad.path, 100, 0)
+    bad_sums = Path(sum_path(jdir, bad.first_offset)).read_bytes()
+    bad_bytes = Path(bad.path).read_bytes()
+    sealed, refused = seal_journal(jdir)
+    assert [x.path for x in sealed] == [short.path] and len(refused) == 1 and "not sealed" in refused[0]
+    c = check_segment(short.path, sp, short.first_offset)
+    assert not c.errors and c.checked == c.size
+    assert Path(sum_path(jdir, bad.first_offset)).read_bytes() == bad_sums and Path(bad.path).read_bytes() == bad_bytes
+    p = cli(jdir)
+    assert p.returncode == 1 and "checksum mismatch" in p.stdout
