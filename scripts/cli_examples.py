@@ -122,6 +122,17 @@ def build(dir: str) -> None:
     Path(segs[0].path).write_bytes(bytes(first))
     with open(segs[-1].path, "ab") as f:
         f.write(b"\x00\x00\x00\x00\x00\x00\x00\x0c\x00\x00")  # a torn last frame
+    rotted = os.path.join(dir, "rotted")  # one flipped bit in a value: every frame still valid
+    shutil.copytree(events, rotted)
+    seg = sej.list_segments(rotted)[1]
+    data = bytearray(Path(seg.path).read_bytes())
+    data[30] ^= 0x04
+    Path(seg.path).write_bytes(bytes(data))
+    legacy = os.path.join(dir, "legacy")  # as the Go original writes it: no checksum files
+    shutil.copytree(events, legacy)
+    for name in os.listdir(os.path.join(legacy, "idx")):
+        if name.endswith(".sum"):
+            os.remove(os.path.join(legacy, "idx", name))
 
 
 def page(s: Session, dir: str) -> str:
@@ -265,6 +276,23 @@ def page(s: Session, dir: str) -> str:
     add(s.run("verify", "damaged", expect=1))
     add(s.run("verify", "damaged", "--repair", expect=1))
     add(s.run("verify", "damaged", expect=1))
+    add(
+        "Every segment has checksums beside it (`idx/*.sum`, docs/format.md). A flipped bit that leaves every "
+        "frame valid (`rotted`: one bit of a value) is a checksum mismatch, named with its byte range and the "
+        "messages it covers; `--json` gives the same report for programs:\n\n"
+    )
+    add(s.run("verify", "rotted", expect=1))
+    add(s.run("verify", "--json", "rotted", expect=1))
+    add(
+        "Journals written by the Go original or by sej before checksums have none (`legacy`): their bytes "
+        "are unchecked. `--seal` records checksums from the bytes as they are now (under the writer lock), so "
+        "damage from then on is seen; it cannot vouch for their past. A mismatch is never sealed or repaired: "
+        "there is nothing to repair from but another copy (the hub's copy of a producer's journal, or the "
+        "producer's of the hub's; see docs/durability.md).\n\n"
+    )
+    add(s.run("verify", "legacy"))
+    add(s.run("verify", "--seal", "legacy"))
+    add(s.run("verify", "legacy"))
 
     add("### `sej stat`\n\n")
     add(s.help("stat"))
