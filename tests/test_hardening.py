@@ -8,6 +8,8 @@ copies it.
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import struct
 import subprocess
 import sys
@@ -20,7 +22,7 @@ from sej import index as idx
 from sej.apps.cli.main import cli
 from sej.hub.copy import CopyError, copy_journal
 from sej.hub.source import LocalSource
-from sej.layout import index_path, segment_path, writer_lock_path
+from sej.layout import index_path, segment_path, sum_path, writer_lock_path
 from sej.message import HEADER, I32, OVERHEAD, encode
 
 from .conftest import REPO
@@ -317,6 +319,15 @@ def test_verify_calls_damage_in_place_corruption_not_a_torn_tail(jdir: str) -> N
 def test_the_hub_refuses_damage_in_place(tmp_path) -> None:  # type: ignore[no-untyped-def]
     jdir = str(tmp_path / "src" / "j")
     pos = damaged_journal(jdir)
+    # The damaged bytes disagree with their checksum: the block holding them is not copied at all.
+    with pytest.raises(CopyError, match=r"0000000000000000\.jnl: checksum mismatch in bytes 0\.\.") as e:
+        copy_journal(LocalSource(str(tmp_path / "src")), "j", str(tmp_path / "hub"), "c", "hub")
+    end = int(re.search(r"bytes 0\.\.(\d+)", str(e.value)).group(1))  # type: ignore[union-attr]
+    assert pos < end
+    assert sej.next_offset(str(tmp_path / "hub" / "c.j")) <= 10
+    # Without checksums (a Go producer), the frame walk finds the damage in place.
+    shutil.rmtree(tmp_path / "hub")
+    os.remove(sum_path(jdir, 0))
     with pytest.raises(CopyError, match=f"byte {pos}.*whole frames for offsets 11..99"):
         copy_journal(LocalSource(str(tmp_path / "src")), "j", str(tmp_path / "hub"), "c", "hub")
     assert sej.next_offset(str(tmp_path / "hub" / "c.j")) == 10

@@ -234,8 +234,9 @@ class Destinations:
         with self._lock:
             self._open[dest.dir] = dest
             evicted = [self._open.popitem(last=False)[1] for _ in range(len(self._open) - self.limit)]
-        for d in evicted:
-            d.close()
+            # Closed under the lock: a `take` of an evicted journal must not open it before its lock is released.
+            for d in evicted:
+                d.close()
 
     def close(self) -> None:
         with self._lock:
