@@ -10,7 +10,8 @@ checked, superseded ones included. Bytes past the last record are unchecked.
 
 The grid and the checks are pure (bytes in, mismatches out): `Hasher` makes
 records, `Verifier` checks bytes against them. `SumFile` appends to a sidecar,
-`SumReader` reads one as it grows.
+`SumReader` reads one as it grows, and `ReadCheck` checks a segment ahead of a reader
+(the scanner's and the Spark source's).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import NamedTuple
 
 import xxhash
 
-from .errors import ChecksumError, UnsafeFileError
+from .errors import ChecksumError, TruncatedError, UnsafeFileError
 from .fsutil import open_file, open_regular
 from .segment import pread_full
 
@@ -369,6 +370,94 @@ class SumReader:
             self.fd = -1
 
 
+class ReadCheck:
+    """A reader's check of one segment against its sidecar: bytes are checked before they are decoded.
+
+    Without a sidecar (an old or Go-written segment) `sums` is None and nothing is checked.
+    """
+
+    __slots__ = ("segment", "sum_path", "first", "sums", "v")
+
+    def __init__(self, segment: str, sum_path: str, first_offset: int) -> None:
+        """UnsafeFileError if the sidecar is not a regular file (it is never followed)."""
+        self.segment, self.sum_path, self.first = segment, sum_path, first_offset
+        try:
+            self.sums: SumReader | None = SumReader(sum_path, first_offset, segment)
+        except FileNotFoundError:
+            self.sums = None
+        self.v: Verifier | None = None
+
+    def check(self, fd: int, size: int, pos: int, want: int, data: bytes | bytearray | memoryview | None = None) -> int:
+        """Check the segment's bytes up to `want` and return the end of the bytes checked so far.
+
+        That is at least `want`, or the end of the last record when the records stop before
+        `want` (the bytes past it are unchecked: waiting for their record or never recorded;
+        the caller decides). `size` is the segment's size the caller saw; `pos` is where its
+        bytes begin (the first call starts checking at its block), and `data`, when given,
+        are the bytes from `pos`, checked without reading them again. Raises ChecksumError
+        on a mismatch, an invalid sidecar or records past the end of the segment.
+        """
+        if self.sums is None:
+            raise ValueError("no checksums to check")
+        v = self.v
+        if v is None:
+            v = self.v = Verifier(pos - pos % BLOCK)
+        if v.pos >= want:
+            return v.pos
+        sums = self.sums
+        m = v.add(sums.read())
+        if sums.problem is not None:  # an invalid sidecar fails the whole segment, not only the bytes after it
+            raise ChecksumError(self.segment, sums.prev, sums.prev, sums.problem, self.sum_path)
+        if m is None:
+            # The writer records bytes after writing them: a record past the size seen after reading it is bad.
+            now = os.fstat(fd).st_size
+            if v.covered > now >= size:
+                raise ChecksumError(self.segment, now, v.covered, f"{self.sum_path} has checksums for bytes past "
+                                    f"the end of the segment ({now} bytes)", self.sum_path)  # fmt: skip
+            target = v.covered
+            for r in v.pending:  # in order: the first record reaching `want` ends the bytes to check
+                if r.end >= want:
+                    target = r.end
+                    break
+            m = self._feed(fd, target, pos, data)
+        if m is not None:
+            raise error_for(self.segment, self.sum_path, fd, size, self.first, m)
+        return v.pos
+
+    def _feed(self, fd: int, target: int, at: int, data: bytes | bytearray | memoryview | None) -> Mismatch | None:
+        """Feed the verifier the bytes up to `target`, a record's end: from `data` (the bytes at `at`) where it
+        holds them, read from the file elsewhere."""
+        v = self.v
+        assert v is not None
+        data_end = at + len(data) if data is not None else at
+        for _ in range(1 << 40):  # bounded: every step feeds at least one byte
+            pos = v.pos
+            if pos >= target:
+                return None
+            if data is not None and at <= pos < data_end:
+                with memoryview(data)[pos - at : min(target, data_end) - at] as piece:
+                    m = v.feed(piece)
+            else:
+                stop = at if pos < at < target else target
+                read = pread_full(fd, min(CHECK_CHUNK, stop - pos), pos)
+                if not read:
+                    raise TruncatedError(f"{self.segment} shrank to {pos} bytes under the reader")
+                m = v.feed(read)
+            if m is not None:
+                return m
+        return None
+
+    def close(self) -> None:
+        if self.sums is not None:
+            self.sums.close()
+
+    def __enter__(self) -> ReadCheck:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 class SumFile:
     """Appends records to a segment's sidecar (the writer's and the hub's, through SegmentAppender)."""
 
@@ -423,6 +512,7 @@ __all__ = [
     "ChecksumError",
     "Hasher",
     "Mismatch",
+    "ReadCheck",
     "SegmentCheck",
     "Sum",
     "SumFile",

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from operator import length_hint
 from typing import Literal
 
-from .checksum import BLOCK, ChecksumError, SumReader, Verifier, error_for
+from .checksum import ReadCheck
 from .errors import ClosedError, CorruptionError, InvalidArgumentError, OffsetOutOfRangeError, TruncatedError
 from .frames import MAX_OFFSET, Message
 from .fsutil import open_file
@@ -25,7 +25,7 @@ from .layout import (
     segment_path,
     sum_path,
 )
-from .segment import CHUNK, pread_full, read_messages, seek_entry, written_past
+from .segment import read_messages, seek_entry, written_past
 from .timestamps import to_ns
 from .watch import Subscription, Wakeup
 
@@ -33,54 +33,6 @@ _EMPTY: list[Message] = []
 
 _WAIT_SLICE = 0.5
 """Longest single wait for a file event, in seconds (see Scanner._next_batch)."""
-
-
-class _Checked:
-    """A segment's checksums, checked ahead of the scanner (`Scanner(verify=True)`)."""
-
-    __slots__ = ("sums", "sum_path", "verifier")
-
-    def __init__(self, dir: str, first: int, segment: str) -> None:
-        self.sum_path = sum_path(dir, first)
-        try:
-            self.sums: SumReader | None = SumReader(self.sum_path, first, segment)
-        except FileNotFoundError:
-            self.sums = None  # an old or Go-written segment: unchecked
-        self.verifier: Verifier | None = None
-
-    def upto(self, seg: _Open, size: int) -> int:
-        """How far from seg.pos the scanner may decode: the end of the bytes checked now.
-
-        Bytes past the last checksum record wait in the last segment (the writer records them
-        right after writing them) and are read unchecked in a finished segment.
-        """
-        if self.sums is None:
-            return size
-        v = self.verifier
-        if v is None:
-            v = self.verifier = Verifier(seg.pos // BLOCK * BLOCK)
-        m = v.add(self.sums.read())
-        if m is None:
-            # The writer records bytes after writing them: a record past the size seen after reading it is bad.
-            now = os.fstat(seg.fd).st_size
-            if v.covered > now >= size:
-                raise ChecksumError(seg.path, now, v.covered, f"{self.sum_path} has checksums for bytes past "
-                                    f"the end of the segment ({now} bytes)", self.sum_path)  # fmt: skip
-            end = min(v.covered, size)
-            pos = v.pos
-            while m is None and pos < end:
-                data = pread_full(seg.fd, min(CHUNK, end - pos), pos)
-                if not data:
-                    raise TruncatedError(f"{seg.path} shrank to {pos} bytes under the scanner")
-                m = v.feed(data)
-                pos += len(data)
-        if m is not None:
-            raise error_for(seg.path, self.sum_path, seg.fd, size, seg.first, m)
-        return size if seg.finished else v.pos
-
-    def close(self) -> None:
-        if self.sums is not None:
-            self.sums.close()
 
 
 class _Open:
@@ -101,7 +53,7 @@ class _Open:
         self.seen = 0  # largest file size seen: a smaller one means truncation
         self.finished = False  # a later segment exists
         try:
-            self.checked = _Checked(dir, seg.first_offset, seg.path) if dir is not None else None
+            self.checked = ReadCheck(seg.path, sum_path(dir, seg.first_offset), seg.first_offset) if dir else None
         except BaseException:
             self.file.close()
             raise
@@ -121,34 +73,30 @@ class _Open:
         self.seen = size
         if size <= self.pos:
             return _EMPTY
-        if self.checked is not None:
-            upto = self.checked.upto(self, size)
-            if upto < size:
+        upto = size
+        if self.checked is not None and self.checked.sums is not None:
+            checked = self.checked.check(self.fd, size, self.pos, size)
+            # Bytes past the last checksum record wait in the last segment (the writer records them right
+            # after writing them) and are read unchecked in a finished segment.
+            if not self.finished:
+                upto = min(checked, size)
                 if upto <= self.pos:
                     return _EMPTY
-                msgs, used, problem = read_messages(self.fd, self.pos, self.offset, upto, limit)
-                if msgs:
-                    self.pos += used
-                    self.offset = msgs[-1].offset + 1
-                    return msgs
-                if problem is not None and not problem.incomplete:
-                    raise CorruptionError(self.path, problem.position, problem.reason, size - problem.position)
-                return _EMPTY  # the rest of a frame is not checked yet
-        msgs, used, problem = read_messages(self.fd, self.pos, self.offset, size, limit)
+        msgs, used, problem = read_messages(self.fd, self.pos, self.offset, upto, limit)
         if msgs:
             self.pos += used
             self.offset = msgs[-1].offset + 1
             return msgs
         if problem is not None and not problem.incomplete:
             raise CorruptionError(self.path, problem.position, problem.reason, size - problem.position)
-        if problem is not None:
+        if problem is not None and upto == size:
             # An incomplete frame: a tail still being written, unless the index shows frames past it.
             e = written_past(self.index_path, self.first, self.fd, size, problem.position, self.offset)
             if e is not None:
                 raise CorruptionError(self.path, problem.position, f"{problem.reason}, but the index shows a whole "
                                       f"frame for offset {e.offset} at byte {e.position} (a damaged frame, "
                                       "not a torn tail)", size - problem.position)  # fmt: skip
-        return _EMPTY
+        return _EMPTY  # nothing new, or the rest of a frame is not written or not checked yet
 
     def check_same_file(self) -> None:
         try:

@@ -21,12 +21,15 @@ from sej.checksum import (
     HEADER,
     RECORD,
     Hasher,
+    ReadCheck,
     Verifier,
     block_start,
     check_segment,
     parse_records,
 )
+from sej.errors import ChecksumError
 from sej.layout import list_segments, sum_path
+from testing.flips import copy_to_hub, count_kinds, flip, flips, fully_checked, write_journal
 from testing.timing import scaled
 
 # -- the grid, pure ---------------------------------------------------------------------------------
@@ -74,6 +77,39 @@ def test_records_cover_every_byte_and_catch_any_flip(n: int, cuts: list[int], dr
     assert m is not None and m.start <= at < m.end
 
 
+@settings(max_examples=80, deadline=None)
+@given(st.integers(1, 3 * BLOCK + 7), st.lists(st.integers(0, 3 * BLOCK + 7), max_size=12), st.data())
+def test_read_check_never_passes_a_flipped_byte(tmp_path_factory: pytest.TempPathFactory, n: int,
+                                                cuts: list[int], draw: st.DataObject) -> None:  # fmt: skip
+    """ReadCheck returns how far bytes are checked: never past a flipped byte, whatever the reader's steps."""
+    data = random.Random(n).randbytes(n)
+    d = tmp_path_factory.mktemp("rc")
+    seg, sums = d / "seg", d / "sum"
+    at = draw.draw(st.none() | st.integers(0, n - 1))
+    bad = bytearray(data)
+    if at is not None:
+        bad[at] ^= 1 << draw.draw(st.integers(0, 7))
+    seg.write_bytes(bad)
+    sums.write_bytes(HEADER.pack(b"SEJSUM01", 5) + records_for(data, cuts))
+    start = draw.draw(st.integers(0, n))
+    with ReadCheck(str(seg), str(sums), 5) as rc, open(seg, "rb") as f:
+        assert rc.sums is not None
+        want = start
+        try:
+            for _ in range(n + 2):
+                want = min(n, want + draw.draw(st.integers(1, 2 * BLOCK)))
+                use_data = draw.draw(st.booleans())
+                got = rc.check(f.fileno(), n, start, want, bytes(bad[start:want]) if use_data else None)
+                assert got >= want  # every byte has a record
+                assert at is None or got <= at or at < start - start % BLOCK, (got, at)
+                if want == n:
+                    break
+        except ChecksumError as e:
+            assert at is not None and e.start <= at < e.end, (e, at)
+        else:
+            assert at is None or at < start - start % BLOCK  # a flip before where reading began is not read
+
+
 def test_parse_records_refuses_records_off_the_grid() -> None:
     def rec(*ends: int) -> bytes:
         return b"".join(RECORD.pack(e, 0) for e in ends)
@@ -87,26 +123,6 @@ def test_parse_records_refuses_records_off_the_grid() -> None:
 
 
 # -- journals -----------------------------------------------------------------------------------------
-
-
-def write_journal(dir: str, n: int = 2500, seed: int = 7, segment_size: int = 160 << 10) -> list[tuple[bytes, bytes]]:
-    """Messages of 0..600 bytes with flushes at random points (partial records); returns (key, value)s."""
-    rng = random.Random(seed)
-    msgs = []
-    with sej.Writer(dir, segment_size=segment_size) as w:
-        for i in range(n):
-            key, value = b"k%d" % i, rng.randbytes(rng.randrange(600))
-            w.append(value, key=key, timestamp=i)
-            msgs.append((key, value))
-            if rng.random() < 0.02:
-                w.flush()
-    return msgs
-
-
-def fully_checked(dir: str) -> None:
-    for seg in list_segments(dir):
-        r = check_segment(seg.path, sum_path(dir, seg.first_offset), seg.first_offset)
-        assert r.has_sums and r.checked == r.size and not r.errors, r
 
 
 def test_writer_sidecars_cover_every_byte(jdir: str) -> None:
@@ -164,70 +180,21 @@ def test_scanner_verify_follows_a_live_writer(jdir: str) -> None:
     assert got == values
 
 
-def flip_positions(dir: str, rng: random.Random, count: int) -> list[tuple[str, int, str]]:
-    """(file, position, what) over keys, values, frame headers and checksum files, `count` of them."""
-    segs = list_segments(dir)
-    spots: dict[str, list[tuple[str, int]]] = {"key": [], "value": [], "header": [], "sums": []}
-    for seg in segs:
-        data = Path(seg.path).read_bytes()
-        pos = 0
-        while pos < len(data):
-            ks = data[pos + 17]
-            vs = int.from_bytes(data[pos + 18 + ks : pos + 22 + ks], "big")
-            total = 26 + ks + vs
-            spots["header"] += [(seg.path, pos + i) for i in range(18)]
-            spots["key"] += [(seg.path, pos + 18 + i) for i in range(ks)]
-            spots["value"] += [(seg.path, pos + 22 + ks + i) for i in range(vs)]
-            spots["header"] += [(seg.path, pos + 18 + ks + i) for i in range(4)] + [
-                (seg.path, pos + total - 4 + i) for i in range(4)
-            ]
-            pos += total
-        spath = sum_path(dir, seg.first_offset)
-        spots["sums"] += [(spath, i) for i in range(os.path.getsize(spath))]
-    out = []
-    kinds = list(spots)
-    for i in range(count):
-        kind = kinds[i % len(kinds)]
-        path, pos = rng.choice(spots[kind])
-        out.append((path, pos, kind))
-    return out
-
-
-def flip(path: str, pos: int, bit: int) -> None:
-    with open(path, "r+b") as f:
-        f.seek(pos)
-        b = f.read(1)[0]
-        f.seek(pos)
-        f.write(bytes([b ^ (1 << bit)]))
-
-
-def segment_of(dir: str, path: str) -> sej.Segment:
-    name = os.path.basename(path)[:16]
-    return next(s for s in list_segments(dir) if os.path.basename(s.path)[:16] == name)
-
-
 def check_flips_caught_by_scanner(dir: str, msgs: list[tuple[bytes, bytes]], count: int, seed: int) -> dict[str, int]:
-    rng = random.Random(seed)
     caught: dict[str, int] = {}
-    for path, pos, kind in flip_positions(dir, rng, count):
-        seg = segment_of(dir, path)
-        bit = rng.randrange(8)
-        flip(path, pos, bit)
-        try:
-            got: list[sej.Message] = []
-            with pytest.raises(sej.CorruptionError) as e, sej.Scanner(dir, seg.first_offset, 0, verify=True) as s:
-                for m in s:
-                    got.append(m)
-            # Nothing damaged was yielded: every message before the error is the one written.
-            assert [(m.key, m.value) for m in got] == msgs[seg.first_offset : seg.first_offset + len(got)], (
-                kind, path, pos)  # fmt: skip
-            err = e.value
-            assert err.path == seg.path, (kind, path, pos, err)
-            if isinstance(err, sej.ChecksumError) and kind != "sums":
-                assert err.start <= pos < err.end and err.offsets is not None, (kind, pos, err)
-            caught[kind] = caught.get(kind, 0) + 1
-        finally:
-            flip(path, pos, bit)
+    for f in flips(dir, count, seed):
+        seg = f.segment
+        got: list[sej.Message] = []
+        with pytest.raises(sej.CorruptionError) as e, sej.Scanner(dir, seg.first_offset, 0, verify=True) as s:
+            for m in s:
+                got.append(m)
+        # Nothing damaged was yielded: every message before the error is the one written.
+        assert [(m.key, m.value) for m in got] == msgs[seg.first_offset : seg.first_offset + len(got)], f
+        err = e.value
+        assert err.path == seg.path, (f, err)
+        if isinstance(err, sej.ChecksumError) and f.kind != "sums":
+            assert err.start <= f.pos < err.end and err.offsets is not None, (f, err)
+        count_kinds(caught, f)
     return caught
 
 
@@ -242,19 +209,8 @@ def test_scanner_verify_catches_every_flipped_byte(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_scanner_verify_catches_every_flipped_byte_on_a_hub_root(tmp_path: Path) -> None:
-    from sej.hub.copy import copy_journal
-    from sej.hub.source import LocalSource
-
-    root = tmp_path / "producer"
-    msgs = write_journal(str(root / "ev"))
-    hub = tmp_path / "hub"
-    hub.mkdir()
-    source = LocalSource(str(root))
-    try:
-        copy_journal(source, "ev", str(hub), "c1", "hub")
-    finally:
-        source.close()
-    d = str(hub / "c1.ev")
+    msgs = write_journal(str(tmp_path / "producer" / "ev"))
+    d = copy_to_hub(tmp_path / "producer", tmp_path / "hub")
     fully_checked(d)
     caught = check_flips_caught_by_scanner(d, msgs, 1000, seed=12)
     assert sum(caught.values()) == 1000 and len(caught) == 4, caught

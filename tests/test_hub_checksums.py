@@ -15,7 +15,7 @@ from sej.checksum import check_segment
 from sej.hub.copy import CopyError, copy_journal
 from sej.hub.source import LocalSource
 from sej.layout import list_segments, sum_path
-from tests.test_checksums import flip, flip_positions, fully_checked, write_journal
+from testing.flips import count_kinds, flips, fully_checked, write_journal
 
 from .test_hub_ssh import connect_to
 
@@ -33,31 +33,26 @@ def prefix_of(hub_dir: str, src_dir: str) -> None:
 
 
 def check_flips(source: object, src_dir: str, scratch: Path, count: int, seed: int) -> dict[str, int]:
-    rng = random.Random(seed)
     caught: dict[str, int] = {}
-    for i, (path, pos, kind) in enumerate(flip_positions(src_dir, rng, count)):
-        bit = rng.randrange(8)
-        flip(path, pos, bit)
+    for i, f in enumerate(flips(src_dir, count, seed)):
         hub = str(scratch / f"hub{i}")
         try:
             with pytest.raises(CopyError) as e:
                 copy(source, hub)
             msg = str(e.value)
-            name = os.path.basename(path)[:16]
-            assert "client c1" in msg and "journal ev" in msg and f"{name}.jnl" in msg, (kind, pos, msg)
+            name = os.path.basename(f.path)[:16]
+            assert "client c1" in msg and "journal ev" in msg and f"{name}.jnl" in msg, (f, msg)
             # Nothing committed on the producer, nothing of the damaged bytes written at the hub.
-            assert not os.path.exists(os.path.join(src_dir, "ofs", "hub.ofs")), (kind, pos)
+            assert not os.path.exists(os.path.join(src_dir, "ofs", "hub.ofs")), f
             hub_dir = os.path.join(hub, "c1.ev")
-            flip(path, pos, bit)  # compare with the clean producer
+            f.undo()  # compare with the clean producer
             prefix_of(hub_dir, src_dir)
-            if kind != "sums":
+            if f.kind != "sums":
                 assert "bytes " in msg, msg
                 held = os.path.join(hub_dir, "jnl", f"{name}.jnl")
-                assert not os.path.exists(held) or os.path.getsize(held) <= pos, (kind, pos, msg)
-            flip(path, pos, bit)
-            caught[kind] = caught.get(kind, 0) + 1
+                assert not os.path.exists(held) or os.path.getsize(held) <= f.pos, (f, msg)
+            count_kinds(caught, f)
         finally:
-            flip(path, pos, bit)
             shutil.rmtree(hub, ignore_errors=True)
     return caught
 

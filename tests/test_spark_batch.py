@@ -116,8 +116,8 @@ def test_bad_options_are_clear_errors(spark, tmp_path) -> None:
     root = str(tmp_path / "root")
     write_root(root, n=50)
     for opt, val, needle in [
-        ("startingOffsets", "{not json", "startingoffsets must be JSON"),
-        ("endingOffsets", '{"p.2.000": -7}', "endingoffsets must map"),
+        ("startingOffsets", "{not json", "startingOffsets must be JSON"),
+        ("endingOffsets", '{"p.2.000": -7}', "endingOffsets must map"),
         ("startTime", "yesterday-ish", "starttime"),
         # Spark hands options to the source with lower-case names: the error names them so.
         ("startingOffset", "0", "unknown option 'startingoffset'; the options are"),  # a typo fails, not ignored

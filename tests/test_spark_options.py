@@ -114,5 +114,5 @@ def test_every_option_and_alias_is_accepted_in_any_case(tmp_path) -> None:
         sej.InvalidArgumentError, match="'maxOffsetsPerTrigger' and 'maxRecordsPerTrigger' are the same"
     ):
         SejDataSource({"path": "x", "maxOffsetsPerTrigger": "1", "maxRecordsPerTrigger": "2"}).streamReader(None)  # type: ignore[arg-type]
-    with pytest.raises(sej.InvalidArgumentError, match="startingtimestamp must be milliseconds"):
+    with pytest.raises(sej.InvalidArgumentError, match="startingTimestamp must be milliseconds"):
         SejDataSource({"path": "x", "startingTimestamp": "2026-01-01"}).reader(None)  # type: ignore[arg-type]

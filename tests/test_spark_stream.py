@@ -245,8 +245,8 @@ def test_bad_stream_options_are_clear_errors(spark, tmp_path) -> None:
     with sej.Writer(str(root / "j")) as w:
         w.append(b"x")
     for opt, val, needle in [
-        ("maxRecordsPerTrigger", "-3", "maxrecordspertrigger must be an integer >= 1"),
-        ("failOnDataLoss", "maybe", "failondataloss must be true or false"),
+        ("maxRecordsPerTrigger", "-3", "maxRecordsPerTrigger must be an integer >= 1"),
+        ("failOnDataLoss", "maybe", "failOnDataLoss must be true or false"),
         ("queryName", "a/b", "a/b"),
     ]:
         with pytest.raises(Exception) as e:

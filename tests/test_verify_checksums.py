@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import subprocess
 import sys
 from pathlib import Path
@@ -18,9 +17,9 @@ from sej.checksum import check_segment
 from sej.layout import list_segments, sum_path
 from sej.sealing import seal_journal
 from sej.shard import Journal
+from testing.flips import copy_to_hub, count_kinds, flip, flips, write_journal
 from testing.timing import scaled
 from tests.conftest import REPO
-from tests.test_checksums import flip, flip_positions, write_journal
 
 
 def verify(dir: str) -> object:
@@ -33,22 +32,15 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def check_flips(dir: str, count: int, seed: int) -> dict[str, int]:
-    rng = random.Random(seed)
     caught: dict[str, int] = {}
-    for path, pos, kind in flip_positions(dir, rng, count):
-        bit = rng.randrange(8)
-        flip(path, pos, bit)
-        try:
-            r = verify(dir)
-            problems = r.problems  # type: ignore[attr-defined]
-            name = os.path.basename(path)[:16]
-            assert any(os.path.basename(p.path)[:16] == name for p in problems), (kind, path, pos, problems)
-            if kind != "sums":
-                sums = [p for p in problems if p.end is not None]
-                assert any(p.position <= pos < p.end and p.offsets is not None for p in sums), (kind, pos, problems)
-            caught[kind] = caught.get(kind, 0) + 1
-        finally:
-            flip(path, pos, bit)
+    for f in flips(dir, count, seed):
+        problems = verify(dir).problems  # type: ignore[attr-defined]
+        name = os.path.basename(f.path)[:16]
+        assert any(os.path.basename(p.path)[:16] == name for p in problems), (f, problems)
+        if f.kind != "sums":
+            sums = [p for p in problems if p.end is not None]
+            assert any(p.position <= f.pos < p.end and p.offsets is not None for p in sums), (f, problems)
+        count_kinds(caught, f)
     return caught
 
 
@@ -62,19 +54,9 @@ def test_verify_reports_every_flipped_byte_on_a_journal(jdir: str) -> None:
 
 @pytest.mark.slow
 def test_verify_reports_every_flipped_byte_on_a_hub_root(tmp_path: Path) -> None:
-    from sej.hub.copy import copy_journal
-    from sej.hub.source import LocalSource
-
-    root = tmp_path / "producer"
-    write_journal(str(root / "ev"))
+    write_journal(str(tmp_path / "producer" / "ev"))
     hub = tmp_path / "hub"
-    hub.mkdir()
-    source = LocalSource(str(root))
-    try:
-        copy_journal(source, "ev", str(hub), "c1", "hub")
-    finally:
-        source.close()
-    d = str(hub / "c1.ev")
+    d = copy_to_hub(tmp_path / "producer", hub)
     assert not verify(d).problems  # type: ignore[attr-defined]
     caught = check_flips(d, 1000, seed=32)
     assert sum(caught.values()) == 1000 and len(caught) == 4, caught

@@ -42,6 +42,7 @@ from .options import (
     position_or_offsets_option,
     time_option,
     types_option,
+    verify_option,
 )
 from .plan import PackedPart, SegmentPart, find_sources, pack, plan_range
 from .read import read_partition
@@ -65,6 +66,7 @@ class SejBatchReader(DataSourceReader):
         self.start_times = millis_by_journal_option(options, "startingoffsetsbytimestamp")
         self.end_times = millis_by_journal_option(options, "endingoffsetsbytimestamp")
         self.types = types_option(options)
+        self.verify = verify_option(options)
         self.max_bytes, self.open_cost, self.min_partitions = packing_options(options)
         # Narrowed by pushed-down filters (SejFilteringReader):
         self.min_offset, self.end_offset = 0, MAX_OFFSET + 1
@@ -100,7 +102,8 @@ class SejBatchReader(DataSourceReader):
             if end is not None:
                 hi = min(hi, offset_at_time(src.path, end))
             lo, hi = max(lo, self.min_offset), min(hi, self.end_offset)
-            parts.extend(plan_range(src, lo, hi, types=self.types, max_bytes=self.max_bytes, segments=segments))
+            parts.extend(plan_range(src, lo, hi, types=self.types, max_bytes=self.max_bytes, segments=segments,
+                                    verify=self.verify))  # fmt: skip
         return pack(parts, self.max_bytes, self.open_cost, self.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -26,6 +26,11 @@ a task (a Python worker's round trip) is what costs: with 4 MiB a hub root of 1,
 journals was read in 65 tasks and 2.5x Parquet's time, with 256 KiB in 5 tasks and faster than
 Parquet (docs/benchmarks.md, benchmark 13)."""
 
+VERIFY_CHECKSUMS = True
+"""The default of option verifyChecksums, batch and stream: check every block read against its checksums.
+
+On because it costs little: see docs/benchmarks.md, benchmark 15 (Spark read, verified vs not)."""
+
 Options = dict[str, str]
 """Options by lower-case name."""
 
@@ -33,19 +38,27 @@ Options = dict[str, str]
 BATCH_OPTIONS = (
     "path", "paths", "includeRoot", "startingOffsets", "endingOffsets", "startingOffsetsByTimestamp",
     "endingOffsetsByTimestamp", "startingTimestamp", "endingTimestamp", "startTime", "endTime", "type",
-    "maxBytesPerPartition", "openCostInBytes", "minPartitions", "pushFilters",
+    "maxBytesPerPartition", "openCostInBytes", "minPartitions", "pushFilters", "verifyChecksums",
 )  # fmt: skip
 """The batch reader's options, as users write them (Spark compares names in any case)."""
 
 STREAM_OPTIONS = (
     "path", "paths", "includeRoot", "queryName", "startingOffsets", "startingOffsetsByTimestamp",
     "startingTimestamp", "startTime", "maxRecordsPerTrigger", "failOnDataLoss", "type", "maxBytesPerPartition",
-    "openCostInBytes", "minPartitions",
+    "openCostInBytes", "minPartitions", "verifyChecksums",
 )  # fmt: skip
 """The stream reader's options."""
 
 ALIASES = {"maxOffsetsPerTrigger": "maxRecordsPerTrigger"}
 """Names of Spark's Kafka source that mean the same thing as one of ours."""
+
+
+def _shown(name: str) -> str:
+    """An option's name as the docs write it (`maxBytesPerPartition` for `maxbytesperpartition`)."""
+    for n in (*BATCH_OPTIONS, *STREAM_OPTIONS):
+        if n.lower() == name:
+            return n
+    return name
 
 
 def lower_case(options: Mapping[str, Any]) -> Options:
@@ -103,9 +116,9 @@ def _journal_map(options: Options, name: str, example: str, ok: Any, what: str) 
     try:
         parsed = json.loads(raw)
     except json.JSONDecodeError as e:
-        raise InvalidArgumentError(f"option {name} must be JSON like {example}, got {raw!r}: {e}") from None
+        raise InvalidArgumentError(f"option {_shown(name)} must be JSON like {example}, got {raw!r}: {e}") from None
     if not isinstance(parsed, dict) or not all(ok(v) for v in parsed.values()):
-        raise InvalidArgumentError(f"option {name} must map journal names to {what}, got {raw!r}")
+        raise InvalidArgumentError(f"option {_shown(name)} must map journal names to {what}, got {raw!r}")
     return {str(k): int(v) for k, v in parsed.items()}
 
 
@@ -132,7 +145,8 @@ def millis_option(options: Options, name: str) -> int | None:
     try:
         return int(raw) * 1_000_000
     except ValueError:
-        raise InvalidArgumentError(f"option {name} must be milliseconds since the Unix epoch, got {raw!r}") from None
+        what = "milliseconds since the Unix epoch"
+        raise InvalidArgumentError(f"option {_shown(name)} must be {what}, got {raw!r}") from None
 
 
 def millis_by_journal_option(options: Options, name: str) -> dict[str, int]:
@@ -150,7 +164,7 @@ def time_option(options: Options, name: str) -> int | None:
     try:
         return parse_time(raw)
     except InvalidArgumentError as e:
-        raise InvalidArgumentError(f"option {name}: {e}") from None
+        raise InvalidArgumentError(f"option {_shown(name)}: {e}") from None
 
 
 def types_option(options: Options, name: str = "type") -> tuple[int, ...] | None:
@@ -163,7 +177,7 @@ def types_option(options: Options, name: str = "type") -> tuple[int, ...] | None
     except ValueError:
         types = ()
     if not types or not all(0 <= t <= 255 for t in types):
-        raise InvalidArgumentError(f"option {name} must be message types 0-255 like 2 or 1,3, got {raw!r}")
+        raise InvalidArgumentError(f"option {_shown(name)} must be message types 0-255 like 2 or 1,3, got {raw!r}")
     return types
 
 
@@ -177,7 +191,7 @@ def int_option(options: Options, name: str, default: int, minimum: int = 1) -> i
     except ValueError:
         value = minimum - 1
     if value < minimum:
-        raise InvalidArgumentError(f"option {name} must be an integer >= {minimum}, got {raw!r}")
+        raise InvalidArgumentError(f"option {_shown(name)} must be an integer >= {minimum}, got {raw!r}")
     return value
 
 
@@ -194,6 +208,11 @@ def packing_options(options: Options) -> tuple[int, int, int]:
     )
 
 
+def verify_option(options: Options) -> bool:
+    """Option verifyChecksums: check each segment's bytes against its checksums before decoding them."""
+    return bool_option(options, "verifychecksums", VERIFY_CHECKSUMS)
+
+
 def bool_option(options: Options, name: str, default: bool, *, strict: bool = True) -> bool:
     """`true` or `false` (any case, spaces around ignored); `default` when missing.
 
@@ -204,12 +223,13 @@ def bool_option(options: Options, name: str, default: bool, *, strict: bool = Tr
         return default
     low = raw.strip().lower()
     if strict and low not in ("true", "false"):
-        raise InvalidArgumentError(f"option {name} must be true or false, got {raw!r}")
+        raise InvalidArgumentError(f"option {_shown(name)} must be true or false, got {raw!r}")
     return low == "true"
 
 
 __all__ = [
     "ALIASES",
+    "VERIFY_CHECKSUMS",
     "BATCH_OPTIONS",
     "STREAM_OPTIONS",
     "Options",
@@ -225,4 +245,5 @@ __all__ = [
     "position_or_offsets_option",
     "time_option",
     "types_option",
+    "verify_option",
 ]

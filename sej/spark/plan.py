@@ -12,7 +12,7 @@ from pyspark.sql.datasource import InputPartition
 
 from ..errors import InvalidArgumentError, UnsafeFileError
 from ..fsutil import kind, open_file
-from ..layout import Segment, index_path, list_segments
+from ..layout import Segment, index_path, list_segments, sum_path
 from ..segment import seek_index
 from ..shard.name import is_shard_name
 from ..shard.root import find_journals
@@ -100,6 +100,8 @@ class SegmentPart(InputPartition):
 
     `upto`: the partition must reach this offset (or hi) or its segment is damaged.
     `missing_ok`: a segment deleted (by retention) before it is read yields nothing instead of failing.
+    `sums`: the segment's checksum file, to check the bytes against before decoding them (option
+    verifyChecksums); None: not checked. `segment_first`: the segment's first offset (the file's header).
     """
 
     def __init__(
@@ -117,6 +119,8 @@ class SegmentPart(InputPartition):
         types: tuple[int, ...] | None,
         upto: int | None = None,
         missing_ok: bool = False,
+        sums: str | None = None,
+        segment_first: int | None = None,
     ) -> None:
         super().__init__(path)
         self.path, self.client, self.shard, self.root = path, client, shard, root
@@ -124,6 +128,8 @@ class SegmentPart(InputPartition):
         self.lo, self.hi, self.types = lo, hi, types
         self.upto = hi if upto is None else min(hi, upto)
         self.missing_ok = missing_ok
+        self.sums = sums
+        self.segment_first = first if segment_first is None else segment_first
 
 
 class PackedPart(InputPartition):
@@ -171,8 +177,12 @@ def plan_range(
     max_bytes: int = MAX_BYTES_PER_PARTITION,
     segments: list[Segment] | None = None,
     missing_ok: bool = False,
+    verify: bool = False,
 ) -> list[SegmentPart]:
-    """Partitions reading offsets [lo, hi) of one journal, a segment or an index-cut piece of one each."""
+    """Partitions reading offsets [lo, hi) of one journal, a segment or an index-cut piece of one each.
+
+    With `verify`, each partition checks its bytes against the segment's checksums.
+    """
     if lo >= hi:
         return []
     if segments is None:
@@ -197,7 +207,8 @@ def plan_range(
             upto = nxt_first if nxt_first is not None else seg_end  # a sealed piece holds everything up to here
             parts.append(SegmentPart(path=seg.path, client=src.client, shard=src.shard, root=src.root,
                                      first=first, start=pos, end=end, lo=lo, hi=hi, types=types, upto=upto,
-                                     missing_ok=missing_ok))  # fmt: skip
+                                     missing_ok=missing_ok, segment_first=seg.first_offset,
+                                     sums=sum_path(src.path, seg.first_offset) if verify else None))  # fmt: skip
     return parts
 
 

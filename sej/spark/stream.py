@@ -43,6 +43,7 @@ from .options import (
     position_or_offsets_option,
     time_option,
     types_option,
+    verify_option,
 )
 from .plan import JournalSource, SegmentPart, find_sources, pack, plan_range
 from .read import read_partition
@@ -86,6 +87,7 @@ class SejStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.max_rows = int_option(options, "maxrecordspertrigger", 0)
         self.fail_on_data_loss = bool_option(options, "failondataloss", True)
         self.types = types_option(options)
+        self.verify = verify_option(options)
         self.max_bytes, self.open_cost, self.min_partitions = packing_options(options)
         self.target: Offsets | None = None  # the end fixed by prepareForTriggerAvailableNow
         self.committed: Offsets = {}  # reader offsets this process stored (or found stored)
@@ -179,6 +181,7 @@ class SejStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     max_bytes=self.max_bytes,
                     segments=segments,
                     missing_ok=not self.fail_on_data_loss,
+                    verify=self.verify,
                 )  # fmt: skip
             )
         return pack(parts, self.max_bytes, self.open_cost, self.min_partitions)
