@@ -17,6 +17,7 @@ from .errors import (
     LockLostError,
     OffsetOutOfRangeError,
     SejError,
+    SyncError,
     TruncatedError,
     UnsafeFileError,
 )
@@ -49,6 +50,7 @@ __all__ = [
     "ShardedWriter",
     "Segment",
     "SejError",
+    "SyncError",
     "TruncatedError",
     "UnsafeFileError",
     "Writer",

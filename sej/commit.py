@@ -13,6 +13,8 @@ import threading
 from collections.abc import Callable
 from typing import IO
 
+from .errors import SyncError
+
 LEAD_ROUNDS = 8
 """At most this many fsyncs in a row by one leading thread (bounds its own wait)."""
 
@@ -27,11 +29,12 @@ class GroupCommit:
     count bytes before it switches files, and fsync a file before it leaves it.
     """
 
-    __slots__ = ("lock", "durable", "_position", "_syncing", "_waiting", "_events", "_retired")
+    __slots__ = ("lock", "durable", "failed", "_position", "_syncing", "_waiting", "_events", "_retired")
 
     def __init__(self, position: Callable[[], tuple[int, int]]) -> None:
         self.lock = threading.Lock()  # guards the state below
         self.durable = 0  # bytes known to be fsynced
+        self.failed: SyncError | None = None  # an fsync failed: every later wait fails (see SyncError)
         self._position = position
         self._syncing = False  # a thread is leading fsyncs
         self._waiting: list[tuple[int, threading.Event]] = []  # (ticket, wake-up) of waiting threads
@@ -39,11 +42,13 @@ class GroupCommit:
         self._retired: list[IO[bytes]] = []  # finished files a running fsync may still use
 
     def wait(self, ticket: int) -> None:
-        """Return once the first `ticket` written bytes are fsynced."""
+        """Return once the first `ticket` written bytes are fsynced; SyncError once an fsync failed."""
         while True:
             with self.lock:
                 if self.durable >= ticket:
                     return
+                if self.failed is not None:
+                    raise self.failed
                 if not self._syncing:
                     self._syncing = True
                     break
@@ -56,7 +61,17 @@ class GroupCommit:
         try:
             for _ in range(LEAD_ROUNDS):
                 target, fd = self._position()
-                _fdatasync(fd)
+                try:
+                    _fdatasync(fd)
+                except OSError as e:
+                    err = SyncError(f"fsync of {describe(fd)} failed: {e}")
+                    err.__cause__ = e
+                    with self.lock:
+                        self.failed = err
+                        for _, event in self._waiting:  # each one wakes and raises it
+                            event.set()
+                        self._waiting = []
+                    raise err from e
                 with self.lock:
                     if target > self.durable:
                         self.durable = target
@@ -102,6 +117,14 @@ class GroupCommit:
                 still.append((ticket, event))
         self._waiting = still
         return bool(still)
+
+
+def describe(fd: int) -> str:
+    """The file behind a descriptor, for errors."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return f"descriptor {fd}"
 
 
 __all__ = ["GroupCommit", "LEAD_ROUNDS"]

@@ -140,3 +140,14 @@ class CorruptionWarning(UserWarning):
 
 class DataLossError(SejError):
     """Messages a reader still needed were deleted (by retention) before it read them."""
+
+
+class SyncError(SejError, OSError):
+    """An fsync of a journal failed: what it covered may not be on disk.
+
+    The cause (`__cause__`) is the OSError the kernel gave. The writer then refuses
+    every later durable acknowledgement (`sync()`, sync-mode appends, `submit` futures)
+    with this error: after a failed fsync the kernel may have dropped the dirty pages,
+    and a later fsync that succeeds would not bring them back. Reopen the journal;
+    recovery then shows what is on disk.
+    """

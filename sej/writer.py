@@ -16,6 +16,7 @@ the next one, and a new segment's directory entry is fsynced when it is created.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import struct
 import threading
@@ -23,9 +24,11 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future
 from typing import Literal
 
 from . import index as idx
+from .acks import Acks, Delivery, Pending, fail, resolve
 from .appender import SegmentAppender
 from .commit import GroupCommit
 from .errors import ClosedError, CorruptionError, InvalidArgumentError, LockLostError
@@ -62,6 +65,7 @@ class Writer:
     """
 
     __slots__ = (
+        "_acks",
         "_buf",
         "_buffer_size",
         "_commit",
@@ -130,6 +134,7 @@ class Writer:
         self._buf: bytearray | None = bytearray(self._buffer_size + BUFFER_SLACK)
         self._fill = 0  # bytes of _buf in use
         self.recovered: CorruptionError | None = None  # what startup recovery cut, if anything
+        self._acks: Acks | None = None  # futures of submit(), started by the first one
         try:
             self._open_last(strict, start_offset)
         except BaseException:
@@ -285,33 +290,101 @@ class Writer:
         All messages get `key`, or with `keys` one key each (same length as
         `values`). Faster than calling `append` in a loop.
         """
-        if timestamp is None:
-            timestamp = _time_ns()
-        vals: Sequence[bytes] = values if isinstance(values, (list, tuple)) else list(values)
-        keyseq: Sequence[bytes] | None = None
-        if keys is not None:
-            keyseq = keys if isinstance(keys, (list, tuple)) else list(keys)
-            if len(keyseq) != len(vals):
-                raise InvalidArgumentError(f"keys has {len(keyseq)} items but values has {len(vals)}")
-        try:
-            HEADER.pack(0, timestamp, type, 0)
-        except (struct.error, TypeError, OverflowError) as e:
-            raise _bad_input(0, timestamp, type, b"", b"", e) from None
+        vals, keyseq, timestamp = _many_args(values, type, timestamp, keys)
         with self._lock:
-            if self._buf is None:
-                raise ClosedError(f"writer of {self.dir} is closed")
-            first = self._next
-            i = 0
-            n = len(vals)
-            while i < n:
-                i = self._encode_run(vals, key, keyseq, type, timestamp, i)
-                if self._size >= self.segment_size:
-                    self._roll()
+            offsets = self._put_many(vals, key, keyseq, type, timestamp)
             if not self._sync_each:
-                return range(first, self._next)
+                return offsets
             ticket = self._written
         self._wait_durable(ticket)
+        return offsets
+
+    def _put_many(
+        self, vals: Sequence[bytes], key: bytes, keyseq: Sequence[bytes] | None, type: int, timestamp: int
+    ) -> range:
+        """Append the messages; their offsets. Holds self._lock."""
+        if self._buf is None:
+            raise ClosedError(f"writer of {self.dir} is closed")
+        first = self._next
+        i = 0
+        n = len(vals)
+        while i < n:
+            i = self._encode_run(vals, key, keyseq, type, timestamp, i)
+            if self._size >= self.segment_size:
+                self._roll()
         return range(first, self._next)
+
+    # -- acknowledged appends (sej.acks) ------------------------------------------
+
+    def submit(
+        self,
+        value: bytes,
+        key: bytes = b"",
+        type: int = 0,
+        timestamp: int | None = None,
+        *,
+        on_delivery: Delivery | None = None,
+    ) -> Future[int]:
+        """Append one message; return a Future of its offset, resolved once the message is fsynced.
+
+        The append itself is as fast as a buffered one; one fsync then covers every message
+        submitted before it started (group commit shared with `sync()` and sync-mode appends).
+        `on_delivery(error, offset)` is called once the message is durable (error None) or
+        cannot be (offset None), on the writer's acknowledgement thread. A failed fsync fails
+        the future with SyncError; `close()` resolves every pending future first.
+        """
+        vals, keyseq, ts = _many_args((value,), type, timestamp, None)
+        with self._lock:
+            off = self._put_many(vals, key, keyseq, type, ts).start
+            return (self._acks or self._start_acks()).add(off, on_delivery)
+
+    def submit_many(
+        self,
+        values: Iterable[bytes],
+        key: bytes = b"",
+        type: int = 0,
+        timestamp: int | None = None,
+        *,
+        keys: Iterable[bytes] | None = None,
+        on_delivery: Delivery | None = None,
+    ) -> Future[range]:
+        """`append_many`, acknowledged as one: a Future of the offsets, resolved once all are fsynced."""
+        vals, keyseq, ts = _many_args(values, type, timestamp, keys)
+        with self._lock:
+            offsets = self._put_many(vals, key, keyseq, type, ts)
+            return (self._acks or self._start_acks()).add(offsets, on_delivery)
+
+    async def append_async(self, value: bytes, key: bytes = b"", type: int = 0, timestamp: int | None = None) -> int:
+        """Append one message and wait, without blocking the event loop, until it is fsynced; its offset."""
+        return await asyncio.wrap_future(self.submit(value, key, type, timestamp))
+
+    async def append_many_async(
+        self,
+        values: Iterable[bytes],
+        key: bytes = b"",
+        type: int = 0,
+        timestamp: int | None = None,
+        *,
+        keys: Iterable[bytes] | None = None,
+    ) -> range:
+        """`append_many`, awaited until every message is fsynced (one fsync for the batch); the offsets."""
+        return await asyncio.wrap_future(self.submit_many(values, key, type, timestamp, keys=keys))
+
+    def _start_acks(self) -> Acks:
+        self._acks = Acks(self)
+        return self._acks
+
+    def _spill_for_acks(self, acks: Acks) -> tuple[list[Pending], int]:
+        """The pending futures and the bytes written once their messages are handed to the OS."""
+        with self._lock:
+            batch = acks.take()
+            if batch and self._buf is not None:
+                try:
+                    self._spill()
+                except BaseException as e:  # lock lost, disk full: these messages are not durable
+                    fail(batch, e)
+                    return [], 0
+            return batch, self._written
 
     def _encode_run(
         self,
@@ -469,26 +542,44 @@ class Writer:
         return self._buf is None
 
     def close(self) -> None:
-        """Flush, fsync and close; release the lock (the lock file stays). Idempotent."""
+        """Flush, fsync and close; release the lock (the lock file stays). Idempotent.
+
+        Pending `submit` futures are resolved once the final fsync is done (or failed with its
+        error); appends and submits from other threads fail with ClosedError from the moment
+        close starts.
+        """
         with self._lock:
             if self._buf is None:
                 return
+            left = self._acks.take() if self._acks is not None else []
             try:
                 self._spill()
-            except LockLostError:
+                self._index.flush()
+            except BaseException as e:
                 self._release(flush_index=False)
+                fail(left, e)
                 raise
-            self._index.flush()
             ticket = self._written
-        self._wait_durable(ticket)
+            self._buf = None  # closing: nothing more is appended
+        try:
+            if self._acks is not None:
+                self._acks.stop()
+                self._acks.join()  # its last fsync done: no thread uses the files any more
+            self._wait_durable(ticket)
+        except BaseException as e:
+            fail(left, e)
+            with self._lock:
+                self._release(flush_index=True)
+            raise
         with self._lock:
-            if self._buf is None:
-                return
             self._release(flush_index=True)
+        resolve(left)
 
     def _release(self, flush_index: bool) -> None:
         """Close the files and release the lock. Holds self._lock."""
         self._buf = None
+        if self._acks is not None:
+            self._acks.stop()
         self._commit.close()
         try:
             if flush_index:
@@ -516,6 +607,25 @@ class Writer:
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"next_offset={self._next}"
         return f"Writer({self.dir!r}, {state}, durability={self.durability!r})"
+
+
+def _many_args(
+    values: Iterable[bytes], type: int, timestamp: int | None, keys: Iterable[bytes] | None
+) -> tuple[Sequence[bytes], Sequence[bytes] | None, int]:
+    """append_many's arguments checked: (values, keys, timestamp) as sequences and an int."""
+    if timestamp is None:
+        timestamp = _time_ns()
+    vals: Sequence[bytes] = values if isinstance(values, (list, tuple)) else list(values)
+    keyseq: Sequence[bytes] | None = None
+    if keys is not None:
+        keyseq = keys if isinstance(keys, (list, tuple)) else list(keys)
+        if len(keyseq) != len(vals):
+            raise InvalidArgumentError(f"keys has {len(keyseq)} items but values has {len(vals)}")
+    try:
+        HEADER.pack(0, timestamp, type, 0)
+    except (struct.error, TypeError, OverflowError) as e:
+        raise _bad_input(0, timestamp, type, b"", b"", e) from None
+    return vals, keyseq, timestamp
 
 
 def _position_of(ref: weakref.ReferenceType[Writer]) -> Callable[[], tuple[int, int]]:
