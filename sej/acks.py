@@ -14,6 +14,7 @@ thread; `Writer.append_async` hands the result to the caller's event loop.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import weakref
 from collections.abc import Callable
@@ -26,7 +27,8 @@ if TYPE_CHECKING:
 Delivery = Callable[[BaseException | None, Any], object]
 """`on_delivery(error, offsets)`: error None and the offset (or range) once durable, or the error and None."""
 
-Pending = tuple[Any, "Future[Any]"]
+Pending = tuple[Any, Any]
+"""(result, target): target is a concurrent Future, or (event loop, asyncio future) for append_async."""
 
 
 class Acks:
@@ -54,9 +56,18 @@ class Acks:
         f.set_running_or_notify_cancel()
         if on_delivery is not None:
             f.add_done_callback(lambda done: _deliver(done, on_delivery))
-        self.pending.append((result, f))
-        self._wake.set()
+        pending = self.pending
+        pending.append((result, f))
+        if len(pending) == 1:  # the first since the thread took the last batch: it may be asleep
+            self._wake.set()
         return f
+
+    def add_async(self, result: Any, loop: asyncio.AbstractEventLoop, fut: asyncio.Future[Any]) -> None:
+        """Resolve the asyncio future `fut` of `loop` with `result` once durable. Holds the writer's lock."""
+        pending = self.pending
+        pending.append((result, (loop, fut)))
+        if len(pending) == 1:
+            self._wake.set()
 
     def take(self) -> list[Pending]:
         """Every pending future (holds the writer's lock)."""
@@ -95,13 +106,42 @@ class Acks:
 
 
 def resolve(batch: list[Pending]) -> None:
-    for result, f in batch:
-        f.set_result(result)
+    """Resolve each future with its result; asyncio futures in one hand-off per event loop."""
+    loops: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any]]] = {}
+    for result, target in batch:
+        if isinstance(target, Future):
+            target.set_result(result)
+        else:
+            loops.setdefault(target[0], []).append((target[1], result))
+    _hand_over(loops, None)
 
 
 def fail(batch: list[Pending], error: BaseException) -> None:
-    for _, f in batch:
-        f.set_exception(error)
+    loops: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any]]] = {}
+    for _, target in batch:
+        if isinstance(target, Future):
+            target.set_exception(error)
+        else:
+            loops.setdefault(target[0], []).append((target[1], None))
+    _hand_over(loops, error)
+
+
+def _hand_over(loops: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any]]],
+               error: BaseException | None) -> None:  # fmt: skip
+    for loop, items in loops.items():
+        try:
+            loop.call_soon_threadsafe(_settle, items, error)
+        except RuntimeError:  # the loop is closed: nobody awaits these any more
+            pass
+
+
+def _settle(items: list[tuple[asyncio.Future[Any], Any]], error: BaseException | None) -> None:
+    for fut, result in items:
+        if not fut.done():  # a cancelled await: the message is durable all the same
+            if error is None:
+                fut.set_result(result)
+            else:
+                fut.set_exception(error)
 
 
 def _deliver(done: Future[Any], on_delivery: Delivery) -> None:

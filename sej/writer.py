@@ -224,6 +224,39 @@ class Writer:
         self._wait_durable(ticket)
         return off
 
+    def _put_one(self, value: bytes, key: bytes, type: int, timestamp: int) -> int:
+        """`append` without waiting for durability, for submit() and append_async(); its offset. Holds self._lock.
+
+        The lines repeat append's on purpose: append is the hot path, and calling this from it
+        would cost it about a tenth of its speed (one more Python call per message).
+        """
+        buf = self._buf
+        if buf is None:
+            raise ClosedError(f"writer of {self.dir} is closed")
+        off = self._next
+        fill = self._fill
+        try:
+            klen = len(key)
+            vlen = len(value)
+            if vlen == self._last_vlen and klen == self._last_klen:
+                st = self._last_struct
+            else:
+                st = self._struct_for(key, value, klen, vlen)
+            n = klen + vlen + OVERHEAD
+            st.pack_into(buf, fill, off, timestamp, type, klen, key, vlen, value, n)
+        except (struct.error, TypeError, OverflowError) as e:
+            n = self._place_frame(off, timestamp, type, key, value, e)
+        else:
+            self._fill = fill + n
+        self._next = off + 1
+        pos = self._size
+        size = self._size = pos + n
+        if timestamp > self._max_ts:
+            self._max_ts = timestamp
+        if size >= self._mark:
+            self._crossed_mark(off, pos)
+        return off
+
     def _crossed_mark(self, off: int, pos: int) -> None:
         """The slow part of an append of the frame `off` at `pos`: index, spill, roll."""
         if pos >= self._index_next:
@@ -333,9 +366,10 @@ class Writer:
         cannot be (offset None), on the writer's acknowledgement thread. A failed fsync fails
         the future with SyncError; `close()` resolves every pending future first.
         """
-        vals, keyseq, ts = _many_args((value,), type, timestamp, None)
+        if timestamp is None:
+            timestamp = _time_ns()
         with self._lock:
-            off = self._put_many(vals, key, keyseq, type, ts).start
+            off = self._put_one(value, key, type, timestamp)
             return (self._acks or self._start_acks()).add(off, on_delivery)
 
     def submit_many(
@@ -354,9 +388,22 @@ class Writer:
             offsets = self._put_many(vals, key, keyseq, type, ts)
             return (self._acks or self._start_acks()).add(offsets, on_delivery)
 
-    async def append_async(self, value: bytes, key: bytes = b"", type: int = 0, timestamp: int | None = None) -> int:
-        """Append one message and wait, without blocking the event loop, until it is fsynced; its offset."""
-        return await asyncio.wrap_future(self.submit(value, key, type, timestamp))
+    def append_async(
+        self, value: bytes, key: bytes = b"", type: int = 0, timestamp: int | None = None
+    ) -> asyncio.Future[int]:
+        """Append one message now; return an asyncio future of its offset, done once it is fsynced.
+
+        `await writer.append_async(value)` waits without blocking the event loop. Call it from
+        a running event loop; the futures one fsync covers are resolved in one hand-off to it.
+        """
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[int] = loop.create_future()
+        if timestamp is None:
+            timestamp = _time_ns()
+        with self._lock:
+            off = self._put_one(value, key, type, timestamp)
+            (self._acks or self._start_acks()).add_async(off, loop, fut)
+        return fut
 
     async def append_many_async(
         self,

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import collections
 import os
 import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 
 import sej
 import sej.commit
 
-from .common import FRAME_SIZE, KEY, RAW, VALUE_SIZE, Config, fresh, log, perf_counter
+from .common import FRAME_SIZE, KEY, RAW, VALUE_SIZE, Config, fresh, log, percentile, perf_counter
 from .results import Result, Row, rate, ratio, verdict
 
 
@@ -85,9 +88,84 @@ def sej_sync_threads(dir: Path, threads: int, seconds: float) -> tuple[int, floa
     return total, elapsed, fc.calls
 
 
+def sej_async_producers(dir: Path, producers: int, seconds: float) -> tuple[int, float, int, list[float]]:
+    """Messages acknowledged to `producers` asyncio tasks, each awaiting `append_async` of its own message in
+    a loop, in `seconds`; the fsyncs; each ack's latency (s)."""
+    import asyncio
+
+    value = os.urandom(VALUE_SIZE)
+    w = sej.Writer(dir)
+    lat: list[float] = []
+    stop = [False]
+
+    async def producer() -> None:
+        append_async, key, clock, record = w.append_async, KEY, perf_counter, lat.append
+        while not stop[0]:
+            t0 = clock()
+            await append_async(value, key)
+            record(clock() - t0)
+
+    async def main() -> float:
+        tasks = [asyncio.ensure_future(producer()) for _ in range(producers)]
+        t0 = perf_counter()
+        await asyncio.sleep(seconds)
+        stop[0] = True
+        await asyncio.gather(*tasks)
+        return perf_counter() - t0
+
+    with FsyncCounter() as fc:
+        elapsed = asyncio.run(main())
+        calls = fc.calls
+    w.close()
+    assert w.next_offset == len(lat)
+    return len(lat), elapsed, calls, lat
+
+
+def sej_submit_threads(dir: Path, threads: int, seconds: float, window: int = 1) -> tuple[int, float, int, list[float]]:
+    """Messages acknowledged to `threads` threads, each calling `submit(...)` in a loop with up to `window`
+    futures outstanding (1: waiting for each message before the next), and each ack's latency."""
+    value = os.urandom(VALUE_SIZE)
+    w = sej.Writer(dir)
+    lats: list[list[float]] = [[] for _ in range(threads)]
+    stop = [False]
+    barrier = threading.Barrier(threads + 1)
+
+    def work(i: int) -> None:
+        submit, key, clock, record = w.submit, KEY, perf_counter, lats[i].append
+        flight: collections.deque[tuple[float, Future[int]]] = collections.deque()
+        barrier.wait()
+        while not stop[0]:
+            flight.append((clock(), submit(value, key)))
+            if len(flight) >= window:
+                t0, f = flight.popleft()
+                f.result()
+                record(clock() - t0)
+        for t0, f in flight:
+            f.result()
+            record(clock() - t0)
+
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+    for t in ts:
+        t.start()
+    with FsyncCounter() as fc:
+        barrier.wait()
+        t0 = perf_counter()
+        time.sleep(seconds)
+        stop[0] = True
+        for t in ts:
+            t.join()
+        elapsed = perf_counter() - t0
+        calls = fc.calls
+    w.close()
+    lat = [x for part in lats for x in part]
+    assert w.next_offset == len(lat)
+    return len(lat), elapsed, calls, lat
+
+
 def bench_group_commit(cfg: Config, scratch: Path) -> list[Result]:
     secs = cfg.fsync_seconds
     runs: dict[str, list[tuple[int, float, int]]] = {"raw": [], "1": [], "8": [], "32": [], "noop": []}
+    lats: dict[str, list[list[float]]] = {}  # each run's sorted ack latencies (s)
     for rep in range(cfg.fsync_reps):
         n, t = raw_fsync_each(fresh(scratch / "fsync.jnl"), secs)
         runs["raw"].append((n, t, n))
@@ -101,8 +179,23 @@ def bench_group_commit(cfg: Config, scratch: Path) -> list[Result]:
             runs["noop"].append(sej_sync_threads(fresh(scratch / "syncnoop"), 8, secs))
         finally:
             sej.commit._fdatasync = real
+        acked: tuple[tuple[str, Callable[[], tuple[int, float, int, list[float]]]], ...] = (
+            ("async64", lambda: sej_async_producers(fresh(scratch / "acks"), 64, secs)),
+            ("submit64", lambda: sej_submit_threads(fresh(scratch / "acks"), 64, secs)),
+            ("submit64w16", lambda: sej_submit_threads(fresh(scratch / "acks"), 64, secs, window=16)),
+        )
+        for name, run in acked:
+            n, t, fs, lat = run()
+            runs.setdefault(name, []).append((n, t, fs))
+            lats.setdefault(name, []).append(sorted(lat))
+        sej.commit._fdatasync = lambda fd: None
+        try:
+            n, t, fs, _ = sej_async_producers(fresh(scratch / "acks"), 64, secs)
+            runs.setdefault("async64noop", []).append((n, t, fs))
+        finally:
+            sej.commit._fdatasync = real
         log(f"  group commit rep {rep + 1}/{cfg.fsync_reps} done")
-    for p in ("fsync.jnl", "sync1", "sync8", "sync32", "syncnoop"):
+    for p in ("fsync.jnl", "sync1", "sync8", "sync32", "syncnoop", "acks"):
         fresh(scratch / p)
 
     def med(k: str) -> tuple[float, float]:
@@ -117,6 +210,19 @@ def bench_group_commit(cfg: Config, scratch: Path) -> list[Result]:
     r32, per32 = med("32")
     rnoop, _ = med("noop")
     ok8 = r8 / raw >= 10
+    ra, pera = med("async64")
+    rs1, pers1 = med("submit64")
+    rs16, pers16 = med("submit64w16")
+    ranoop, _ = med("async64noop")
+
+    def lat_ms(name: str) -> tuple[float, float]:
+        """p50 and p99 ack latency (ms) of the run with the median p99."""
+        runs_l = sorted(lats[name], key=lambda v: percentile(v, 0.99))
+        v = runs_l[len(runs_l) // 2]
+        return percentile(v, 0.5) * 1e3, percentile(v, 0.99) * 1e3
+
+    a50, a99 = lat_ms("async64")
+    s50, s99 = lat_ms("submit64")
     rows = [
         Row(
             '8 threads, one `Writer(durability="sync")` vs fsync per message',
@@ -127,6 +233,47 @@ def bench_group_commit(cfg: Config, scratch: Path) -> list[Result]:
             verdict(ok8),
         ),
         Row("32 threads, one writer", rate(r32), rate(raw), ratio(r32 / raw), "—", "info"),
+        Row(
+            "64 asyncio producers, each `await w.append_async(value)` of its own message (buffered writer)",
+            rate(ra),
+            rate(raw),
+            ratio(ra / raw),
+            "≥ 30x",
+            verdict(ra / raw >= 30),
+        ),
+        Row(
+            "ack latency of those: p50 / p99 (submit to the awaiting task resumed)",
+            f"{a50:.2f} / {a99:.2f} ms",
+            "—",
+            "—",
+            "p99 < 5 ms",
+            verdict(a99 < 5),
+        ),
+        Row(
+            "64 threads, each `w.submit(value).result()` per message",
+            rate(rs1),
+            rate(raw),
+            ratio(rs1 / raw),
+            "≥ 20x",
+            verdict(rs1 / raw >= 20),
+        ),
+        Row("ack latency of those: p50 / p99", f"{s50:.2f} / {s99:.2f} ms", "—", "—", "—", "info"),
+        Row(
+            "64 threads, `w.submit(value)` with up to 16 futures in flight each",
+            rate(rs16),
+            rate(raw),
+            ratio(rs16 / raw),
+            "—",
+            "info",
+        ),
+        Row(
+            "64 asyncio producers, fdatasync replaced by a no-op (not durable: the Python machinery alone)",
+            rate(ranoop),
+            rate(raw),
+            ratio(ranoop / raw),
+            "—",
+            "info",
+        ),
         Row('1 thread, `Writer(durability="sync")`', rate(r1), rate(raw), ratio(r1 / raw), "—", "info"),
         Row(
             "8 threads, fdatasync replaced by a no-op (not durable: the thread hand-offs alone)",
@@ -144,6 +291,16 @@ def bench_group_commit(cfg: Config, scratch: Path) -> list[Result]:
         f"1 thread {per1:.1f}, 8 threads {per8:.1f}, 32 threads {per32:.1f}; fsyncs per second: baseline "
         f"{raw:,.0f}, sej 1 thread {r1 / per1:,.0f}, 8 threads {r8 / per8:,.0f}, 32 threads {r32 / per32:,.0f}.",
         "Baseline: `f.write(frame); f.flush(); os.fsync(fd)` per message on a buffered file (sej uses `os.fdatasync`).",
+        f"Acknowledged appends (`submit`, `append_async`: one committer thread per writer takes every pending "
+        f"message, fsyncs once, resolves them all): messages per fsync {pera:.1f} with 64 asyncio producers, "
+        f"{pers1:.1f} with 64 threads waiting for each message, {pers16:.1f} with 16 in flight per thread.",
+        "Why 64 asyncio producers stay near 20x: all of them wait on the same fsync, so a round is the "
+        "Python work of 64 appends and wake-ups, then one fsync with the event loop idle: the GIL keeps the "
+        "committer from starting the fsync while the loop still runs producers, and this disk's fsync is "
+        "fast (see the baseline), so the Python part dominates. The no-op row is the ceiling the Python "
+        "machinery allows. Why threads stay far below: each message wakes its thread, and 64 threads hand the "
+        "GIL around on 2 cores; the no-op sync rows above show the same ceiling for thread wake-ups. The "
+        "futures' batching itself works: messages per fsync reach the number of waiting producers.",
     ]
     if not ok8:
         notes.append(
