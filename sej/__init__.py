@@ -26,12 +26,13 @@ from .layout import Segment, list_readers, list_segments
 from .message import NO_TIMESTAMP, Message, decode, encode, encode_message
 from .offset import Offset
 from .scanner import Scanner
-from .shard import ShardedWriter, ShardOffset, find_journals, list_shards
+from .shard import Consumer, ShardedWriter, ShardOffset, find_journals, list_shards
 from .writer import Writer
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Consumer",
     "NO_TIMESTAMP",
     "ClosedError",
     "ChecksumError",

@@ -18,7 +18,7 @@ log = logging.getLogger("sej.watch")
 
 _lock = threading.Lock()
 _observer: BaseObserver | None = None
-_watches: dict[str, tuple[ObservedWatch, int]] = {}
+_watches: dict[tuple[str, bool], tuple[ObservedWatch, int]] = {}  # (path, recursive) -> watch, users
 
 
 class Wakeup(FileSystemEventHandler):
@@ -45,21 +45,26 @@ def _shared_observer() -> BaseObserver:
 
 
 class Subscription:
-    """A Wakeup attached to a directory until `close()`."""
+    """An event handler (a Wakeup) attached to a directory until `close()`.
 
-    def __init__(self, path: str, wakeup: Wakeup) -> None:
+    `recursive`: also every directory below it, through the same inotify instance (one per
+    watch: the default limit is 128 per user, so a root is watched once, not per journal).
+    """
+
+    def __init__(self, path: str, wakeup: FileSystemEventHandler, recursive: bool = False) -> None:
         self.path = path
+        self.key = (path, recursive)
         self.wakeup = wakeup
         with _lock:
             obs = _shared_observer()
-            entry = _watches.get(path)
+            entry = _watches.get(self.key)
             if entry is None:
-                watch = obs.schedule(wakeup, path, recursive=False)
-                _watches[path] = (watch, 1)
+                watch = obs.schedule(wakeup, path, recursive=recursive)
+                _watches[self.key] = (watch, 1)
             else:
                 watch, count = entry
                 obs.add_handler_for_watch(wakeup, watch)
-                _watches[path] = (watch, count + 1)
+                _watches[self.key] = (watch, count + 1)
         self._open = True
 
     def close(self) -> None:
@@ -68,15 +73,15 @@ class Subscription:
         self._open = False
         with _lock:
             obs = _observer
-            watch, count = _watches[self.path]
+            watch, count = _watches[self.key]
             if obs is None:
                 return
             if count == 1:
-                del _watches[self.path]
+                del _watches[self.key]
                 try:
                     obs.unschedule(watch)
                 except (KeyError, OSError) as e:  # the directory may be gone already
                     log.debug("unschedule %s: %s", self.path, e)
             else:
-                _watches[self.path] = (watch, count - 1)
+                _watches[self.key] = (watch, count - 1)
                 obs.remove_handler_for_watch(self.wakeup, watch)

@@ -1,0 +1,436 @@
+"""A consumer over a journal, a sharded root or a hub root: every journal's messages, batched commits.
+
+One recursive file-system watch covers the whole root (one inotify instance, however
+many journals), and marks which journals changed; each journal is read by a Scanner
+that never waits itself (timeout 0). Positions are kept per journal in
+`ofs/<reader>.ofs` under the reader's lock, committed in batches: every `commit_every`
+consumed messages, every `commit_interval` seconds, on `commit()` and on `close()`.
+
+At least once, as Kafka's auto-commit: a message counts as consumed once the loop
+asks for the next one (or on `commit()`), so a crash replays at most the messages
+consumed since the last commit, and never skips one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as _dt
+import logging
+import os
+import resource
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator, Mapping
+from typing import Literal, NamedTuple
+
+from watchdog.events import FileSystemEvent, FileSystemEventHandler
+
+from ..errors import ClosedError, InvalidArgumentError, LockedError
+from ..journal import bytes_from, first_offset, next_offset, offset_at_time
+from ..layout import check_reader_name, journal_path
+from ..offset import Offset
+from ..scanner import Scanner
+from ..timestamps import to_ns
+from ..watch import Subscription
+from .root import ShardMessage, find_journals, is_journal
+
+log = logging.getLogger("sej.consumer")
+
+Start = Literal["committed", "first", "last"] | int | Mapping[str, int] | _dt.datetime
+
+SWEEP = 1.0
+"""Seconds between looks at every journal, in case a file event was missed (a journal created
+faster than its watch was added)."""
+
+FAIRNESS = 256
+"""Messages taken from one journal before the next journal with data gets its turn."""
+
+
+class Lag(NamedTuple):
+    messages: int  # messages from the consumer's position to the journal's end
+    bytes: int  # bytes from the consumer's position to the end of the journal's last segment
+
+
+class _Member:
+    """One journal being consumed: its scanner, its reader offset (and lock), its positions."""
+
+    __slots__ = ("name", "path", "scanner", "offset", "position", "committed", "ready")
+
+    def __init__(self, name: str, path: str, reader: str, start: object) -> None:
+        self.name, self.path = name, path
+        self.offset = Offset(path, reader)  # LockedError if another consumer holds it
+        try:
+            at = _start_offset(path, self.offset.value, start)
+            self.scanner = Scanner(path, at, timeout=0)
+        except BaseException:
+            self.offset.close()
+            raise
+        self.position = at  # the next offset to consume
+        self.committed = self.offset.value
+        self.ready = True  # may have data: read it before waiting
+
+    def seek(self, offset: int) -> None:
+        scanner = Scanner(self.path, offset, timeout=0)
+        self.scanner.close()
+        self.scanner = scanner
+        self.position = offset
+        self.ready = True
+
+    def commit(self) -> bool:
+        if self.position == self.committed:
+            return False
+        self.offset.commit(self.position)
+        self.committed = self.position
+        return True
+
+    def close(self) -> None:
+        try:
+            self.scanner.close()
+        finally:
+            self.offset.close()
+
+
+def _start_offset(path: str, committed: int, start: object) -> int:
+    if start == "committed":
+        return committed
+    if start == "first":
+        return first_offset(path)
+    if start == "last":
+        return next_offset(path)
+    if isinstance(start, _dt.datetime):
+        return offset_at_time(path, to_ns(start))
+    if isinstance(start, int) and not isinstance(start, bool):
+        return start
+    raise InvalidArgumentError(f"start must be 'committed', 'first', 'last', an offset, a mapping of journal "
+                               f"names to offsets or an aware datetime, got {start!r}")  # fmt: skip
+
+
+class _RootEvents(FileSystemEventHandler):
+    """Which journals changed, from the root's recursive watch (runs on watchdog's thread)."""
+
+    def __init__(self, root: str, lone: bool) -> None:
+        super().__init__()
+        self.root, self.lone = root, lone
+        self.lock = threading.Lock()
+        self.event = threading.Event()
+        self.changed: set[str] = set()
+        self.new_segments: set[str] = set()
+        self.rescan = True  # a journal may have appeared under the root
+        self.loop: asyncio.AbstractEventLoop | None = None  # an async consumer's loop, woken too
+        self.aevent: asyncio.Event | None = None
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        if event.event_type in ("opened", "closed", "closed_no_write"):
+            return
+        path = event.src_path if isinstance(event.src_path, str) else os.fsdecode(event.src_path)
+        parts = os.path.relpath(path, self.root).split(os.sep)
+        if self.lone:
+            name, inside = "", parts
+        else:
+            name, inside = parts[0], parts[1:]
+        if inside and inside[0] in ("ofs", "idx"):
+            return  # offset commits (ours too) and index writes: no new messages
+        created = event.event_type in ("created", "moved", "deleted")
+        with self.lock:
+            if not inside or inside == ["jnl"]:
+                self.rescan = self.rescan or created
+            if created:
+                self.new_segments.add(name)
+            self.changed.add(name)
+        self.event.set()
+        loop, aevent = self.loop, self.aevent
+        if loop is not None and aevent is not None:
+            try:
+                loop.call_soon_threadsafe(aevent.set)
+            except RuntimeError:  # the loop is closed
+                pass
+
+    def take(self) -> tuple[set[str], set[str], bool]:
+        with self.lock:
+            changed, self.changed = self.changed, set()
+            new, self.new_segments = self.new_segments, set()
+            rescan, self.rescan = self.rescan, False
+        return changed, new, rescan
+
+
+class Consumer:
+    """Consumes every journal at `path` (a journal, a sharded root or a hub root) as reader `reader`.
+
+    Iterating yields `ShardMessage(journal, message)`: the journal's name under the root ("" for a
+    lone journal) and the message. With `follow`, iteration waits for new messages and new journals,
+    and ends after `timeout` seconds without any (None: never); without it, it ends once every
+    journal is read to its end.
+
+    `start`: where each journal starts: "committed" (the reader's committed offset, or the journal's
+    first message if none), "first", "last", an offset, a mapping of journal names to offsets
+    (others: committed), or an aware datetime. Journals that appear later start at "committed".
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        reader: str,
+        *,
+        start: Start = "committed",
+        commit_every: int = 1000,
+        commit_interval: float = 5.0,
+        follow: bool = True,
+        timeout: float | None = None,
+    ) -> None:
+        self.root = journal_path(path)
+        self.reader = check_reader_name(reader)
+        if not isinstance(commit_every, int) or isinstance(commit_every, bool) or commit_every < 1:
+            raise InvalidArgumentError(f"commit_every must be an int >= 1, got {commit_every!r}")
+        if isinstance(commit_interval, bool) or not isinstance(commit_interval, (int, float)) or commit_interval <= 0:
+            raise InvalidArgumentError(f"commit_interval must be seconds > 0, got {commit_interval!r}")
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0):
+            raise InvalidArgumentError(f"timeout must be seconds >= 0 or None, got {timeout!r}")
+        self.commit_every, self.commit_interval = commit_every, float(commit_interval)
+        self.follow, self.timeout = follow, timeout
+        self._start = start
+        self._members: dict[str, _Member] = {}
+        self._order: list[str] = []  # round-robin order of the members
+        self._turn = 0  # index in _order of the member whose turn it is
+        self._taken = 0  # messages taken from it in this turn
+        self._last: tuple[_Member, int] | None = None  # the message yielded last: consumed at the next ask
+        self._uncommitted = 0
+        self._committed_at = time.monotonic()
+        self._swept_at = 0.0
+        self._closed = False
+        self._events = _RootEvents(self.root, is_journal(self.root))
+        self._sub: Subscription | None = Subscription(self.root, self._events, recursive=True)
+        try:
+            self._discover(initial=True)
+        except BaseException:
+            self.close()
+            raise
+
+    # -- journals ---------------------------------------------------------------------------------
+
+    def _discover(self, initial: bool = False) -> None:
+        """Start consuming journals not consumed yet."""
+        journals = find_journals(self.root)
+        new = [j for j in journals if j.name not in self._members]
+        _ensure_descriptors(2 * (len(self._members) + len(new)) + 64)
+        for j in new:
+            start = self._start if initial else "committed"
+            if isinstance(start, Mapping):
+                start = start.get(j.name, "committed")
+            try:
+                m = _Member(j.name, j.path, self.reader, start)
+            except LockedError:
+                if initial:
+                    raise
+                log.warning("%s: reader %s is locked by another process; not consuming it", j.path, self.reader)
+                continue
+            self._members[j.name] = m
+            self._order.append(j.name)
+        if initial and isinstance(self._start, Mapping):
+            unknown = set(self._start) - set(self._members)
+            if unknown:
+                raise InvalidArgumentError(f"start names journals not under {self.root}: {sorted(unknown)}")
+
+    @property
+    def journals(self) -> list[str]:
+        """The names of the journals being consumed."""
+        return list(self._order)
+
+    # -- reading -------------------------------------------------------------------------------------
+
+    def _consume_last(self) -> None:
+        last = self._last
+        if last is not None:
+            self._last = None
+            member, offset = last
+            member.position = offset + 1
+            self._uncommitted += 1
+
+    def _maybe_commit(self) -> None:
+        if self._uncommitted >= self.commit_every or (
+            self._uncommitted and time.monotonic() - self._committed_at >= self.commit_interval
+        ):
+            self.commit()
+
+    def _refresh(self) -> None:
+        """Mark the journals with file events (or all, every SWEEP seconds) as ready; find new ones."""
+        changed, new_segments, rescan = self._events.take()
+        now = time.monotonic()
+        if now - self._swept_at >= SWEEP:
+            self._swept_at = now
+            changed = set(self._members)
+            new_segments = changed
+            rescan = True
+        if rescan:
+            self._discover()
+        for name in changed:
+            m = self._members.get(name)
+            if m is not None:
+                m.ready = True
+                if name in new_segments:
+                    m.scanner._wakeup.created = True  # look for a later segment (the scanner does not watch)
+
+    def _poll(self) -> ShardMessage | None:
+        """The next message available now, in turn over the journals; None if none has one."""
+        if self._closed:
+            raise ClosedError(f"consumer of {self.root} is closed")
+        self._consume_last()
+        self._maybe_commit()
+        order = self._order
+        for _ in range(2):
+            n = len(order)
+            for k in range(n):
+                i = (self._turn + k) % n
+                m = self._members[order[i]]
+                if not m.ready:
+                    continue
+                if k:
+                    self._turn, self._taken = i, 0
+                msg = next(m.scanner, None)
+                if msg is None:
+                    m.ready = False
+                    continue
+                self._taken += 1
+                if self._taken >= FAIRNESS:
+                    self._turn, self._taken = (i + 1) % n, 0
+                self._last = (m, msg.offset)
+                return ShardMessage(m.name, msg)
+            self._events.event.clear()  # before looking at the events: a later one sets it again
+            self._refresh()
+        return None
+
+    def _caught_up(self) -> bool:
+        return all(m.position >= next_offset(m.path) for m in self._members.values())
+
+    def __iter__(self) -> Iterator[ShardMessage]:
+        return self
+
+    def __next__(self) -> ShardMessage:
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        while True:
+            msg = self._poll()
+            if msg is not None:
+                return msg
+            if not self.follow and self._caught_up():
+                raise StopIteration
+            wait = SWEEP
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise StopIteration
+                wait = min(wait, left)
+            if self._uncommitted:
+                wait = min(wait, max(0.0, self._committed_at + self.commit_interval - time.monotonic()))
+            self._events.event.wait(wait)
+
+    def __aiter__(self) -> AsyncIterator[ShardMessage]:
+        return self
+
+    async def __anext__(self) -> ShardMessage:
+        """As `__next__`, waiting on the running event loop instead of blocking it."""
+        ev = self._events
+        if ev.aevent is None:
+            ev.aevent, ev.loop = asyncio.Event(), asyncio.get_running_loop()
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        while True:
+            ev.aevent.clear()
+            msg = self._poll()
+            if msg is not None:
+                return msg
+            if not self.follow and self._caught_up():
+                raise StopAsyncIteration
+            wait = SWEEP
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise StopAsyncIteration
+                wait = min(wait, left)
+            try:
+                await asyncio.wait_for(ev.aevent.wait(), wait)
+            except TimeoutError:
+                pass
+
+    # -- positions --------------------------------------------------------------------------------
+
+    def commit(self) -> None:
+        """Commit every journal's position; the message yielded last counts as consumed."""
+        self._consume_last()
+        for m in self._members.values():
+            m.commit()
+        self._uncommitted = 0
+        self._committed_at = time.monotonic()
+
+    def positions(self) -> dict[str, int]:
+        """Each journal's next offset to consume (the message yielded last counts as consumed)."""
+        out = {name: m.position for name, m in self._members.items()}
+        if self._last is not None:
+            out[self._last[0].name] = self._last[1] + 1
+        return out
+
+    def committed(self) -> dict[str, int]:
+        """Each journal's committed offset (where a restart begins)."""
+        return {name: m.committed for name, m in self._members.items()}
+
+    def lag(self) -> dict[str, Lag]:
+        """Per journal, messages and bytes from the consumer's position to the journal's end."""
+        out = {}
+        for name, pos in self.positions().items():
+            m = self._members[name]
+            end = next_offset(m.path)
+            out[name] = Lag(max(0, end - pos), bytes_from(m.path, pos) if pos < end else 0)
+        return out
+
+    def seek(self, journal: str, offset: int) -> None:
+        """Consume `journal` from `offset` on (committed at the next commit)."""
+        m = self._members.get(journal)
+        if m is None:
+            raise InvalidArgumentError(f"no journal {journal!r} under {self.root}; the journals are {self._order}")
+        if self._last is not None and self._last[0] is m:
+            self._last = None
+        m.seek(offset)
+        self._uncommitted += 1
+
+    def seek_to_time(self, t: int | _dt.datetime) -> None:
+        """Consume every journal from its first message at or after `t` (ns since the epoch, or aware datetime)."""
+        ns = to_ns(t)
+        for name, m in self._members.items():
+            self.seek(name, offset_at_time(m.path, ns))
+
+    # -- closing ----------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Commit (the message yielded last counts as consumed), stop watching, release the locks. Idempotent."""
+        if self._closed:
+            return
+        try:
+            if self._members:
+                self.commit()
+        finally:
+            self._closed = True
+            if self._sub is not None:
+                self._sub.close()
+                self._sub = None
+            for m in self._members.values():
+                m.close()
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Consumer({self.root!r}, {self.reader!r}, journals={len(self._members)})"
+
+
+def _ensure_descriptors(needed: int) -> None:
+    """Raise the soft limit on open files to `needed` if it is lower (each journal holds two)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return
+    if hard != resource.RLIM_INFINITY and hard < needed:
+        raise InvalidArgumentError(f"consuming these journals needs {needed} open files, above this process's "
+                                   f"hard limit of {hard} (ulimit -Hn)")  # fmt: skip
+    resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+
+
+__all__ = ["Consumer", "Lag"]
