@@ -17,7 +17,6 @@ import asyncio
 import datetime as _dt
 import logging
 import os
-import resource
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping
@@ -26,6 +25,7 @@ from typing import Literal, NamedTuple
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 
 from ..errors import ClosedError, InvalidArgumentError, LockedError
+from ..fsutil import allow_open_files
 from ..journal import bytes_from, first_offset, next_offset, offset_at_time
 from ..layout import check_reader_name, journal_path
 from ..offset import Offset
@@ -211,7 +211,7 @@ class Consumer:
         """Start consuming journals not consumed yet."""
         journals = find_journals(self.root)
         new = [j for j in journals if j.name not in self._members]
-        _ensure_descriptors(2 * (len(self._members) + len(new)) + 64)
+        allow_open_files(2 * (len(self._members) + len(new)) + 64)
         for j in new:
             start = self._start if initial else "committed"
             if isinstance(start, Mapping):
@@ -420,17 +420,6 @@ class Consumer:
 
     def __repr__(self) -> str:
         return f"Consumer({self.root!r}, {self.reader!r}, journals={len(self._members)})"
-
-
-def _ensure_descriptors(needed: int) -> None:
-    """Raise the soft limit on open files to `needed` if it is lower (each journal holds two)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY or soft >= needed:
-        return
-    if hard != resource.RLIM_INFINITY and hard < needed:
-        raise InvalidArgumentError(f"consuming these journals needs {needed} open files, above this process's "
-                                   f"hard limit of {hard} (ulimit -Hn)")  # fmt: skip
-    resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
 
 
 __all__ = ["Consumer", "Lag"]
