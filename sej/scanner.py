@@ -324,6 +324,20 @@ class Scanner:
             return next(self._it)
         raise StopIteration
 
+    def poll(self) -> Iterator[Message]:
+        """The messages available now, without waiting: an iterator over one batch (call again for more,
+        empty when there are none). `offset` follows what is taken from it."""
+        if self._closed:
+            raise ClosedError(f"scanner of {self.dir} is closed")
+        if not length_hint(self._it):
+            timeout, self.timeout = self.timeout, 0.0
+            try:
+                if not self._next_batch():
+                    return iter(_EMPTY)
+            finally:
+                self.timeout = timeout
+        return self._it
+
     @property
     def offset(self) -> int:
         """The next offset to read: one past the last message returned."""

@@ -16,6 +16,7 @@ import sej
 
 from .checksums import bench_checksums
 from .common import FULL, KEY, QUICK, ROOT, Config, fresh, log, perf_counter, values_for
+from .consumer import bench_consumer
 from .follow import bench_follow
 from .group_commit import bench_group_commit
 from .hub import bench_hub_copy, bench_hub_latency
@@ -57,6 +58,7 @@ STEPS: tuple[tuple[tuple[str, ...], str, Run], ...] = (
     (("spark_scale",), "benchmark 13: Spark over many small journals", alone(bench_spark_scale)),
     (("hub_scale",), "benchmark 14: the hub at scale, against rsync", alone(bench_hub_scale)),
     (("checksums",), "benchmark 15: what checksums cost", alone(bench_checksums)),
+    (("consumer",), "benchmark 16: the consumer over a root", alone(bench_consumer)),
 )
 BENCHMARKS = tuple(name for names, _, _ in STEPS for name in names)
 

@@ -19,6 +19,7 @@ import logging
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Literal, NamedTuple
 
@@ -54,7 +55,7 @@ class Lag(NamedTuple):
 class _Member:
     """One journal being consumed: its scanner, its reader offset (and lock), its positions."""
 
-    __slots__ = ("name", "path", "scanner", "offset", "position", "committed", "ready")
+    __slots__ = ("name", "path", "scanner", "offset", "committed", "ready")
 
     def __init__(self, name: str, path: str, reader: str, start: object) -> None:
         self.name, self.path = name, path
@@ -65,16 +66,19 @@ class _Member:
         except BaseException:
             self.offset.close()
             raise
-        self.position = at  # the next offset to consume
         self.committed = self.offset.value
-        self.ready = True  # may have data: read it before waiting
+        self.ready = False  # queued in the consumer's ready deque
 
     def seek(self, offset: int) -> None:
         scanner = Scanner(self.path, offset, timeout=0)
         self.scanner.close()
         self.scanner = scanner
-        self.position = offset
-        self.ready = True
+
+    @property
+    def position(self) -> int:
+        """The next offset to consume: one past the message yielded last (the consumer yields each message
+        right after its scanner does)."""
+        return self.scanner.offset
 
     def commit(self) -> bool:
         if self.position == self.committed:
@@ -189,10 +193,10 @@ class Consumer:
         self.follow, self.timeout = follow, timeout
         self._start = start
         self._members: dict[str, _Member] = {}
-        self._order: list[str] = []  # round-robin order of the members
-        self._turn = 0  # index in _order of the member whose turn it is
-        self._taken = 0  # messages taken from it in this turn
-        self._last: tuple[_Member, int] | None = None  # the message yielded last: consumed at the next ask
+        self._order: list[str] = []  # the members, in the order they were found
+        self._ready: deque[_Member] = deque()  # members that may have data, in turn
+        self._gen: Iterator[ShardMessage | None] | None = None  # what __next__ iterates
+        self._agen: Iterator[ShardMessage | None] | None = None  # what __anext__ polls
         self._uncommitted = 0
         self._committed_at = time.monotonic()
         self._swept_at = 0.0
@@ -225,6 +229,8 @@ class Consumer:
                 continue
             self._members[j.name] = m
             self._order.append(j.name)
+            m.ready = False
+            self._queue(m)
         if initial and isinstance(self._start, Mapping):
             unknown = set(self._start) - set(self._members)
             if unknown:
@@ -237,90 +243,105 @@ class Consumer:
 
     # -- reading -------------------------------------------------------------------------------------
 
-    def _consume_last(self) -> None:
-        last = self._last
-        if last is not None:
-            self._last = None
-            member, offset = last
-            member.position = offset + 1
-            self._uncommitted += 1
+    def _queue(self, m: _Member) -> None:
+        if not m.ready:
+            m.ready = True
+            self._ready.append(m)
 
-    def _maybe_commit(self) -> None:
-        if self._uncommitted >= self.commit_every or (
-            self._uncommitted and time.monotonic() - self._committed_at >= self.commit_interval
-        ):
-            self.commit()
-
-    def _refresh(self) -> None:
-        """Mark the journals with file events (or all, every SWEEP seconds) as ready; find new ones."""
+    def _refresh(self, sweep: bool = False) -> None:
+        """Queue the journals with file events (all of them every SWEEP seconds); find new journals."""
+        self._events.event.clear()  # before taking the events: a later one sets it again
         changed, new_segments, rescan = self._events.take()
         now = time.monotonic()
-        if now - self._swept_at >= SWEEP:
+        if sweep or now - self._swept_at >= SWEEP:
             self._swept_at = now
-            changed = set(self._members)
-            new_segments = changed
+            changed = set(self._members)  # a fstat each: a missed event costs at most SWEEP seconds
             rescan = True
         if rescan:
             self._discover()
         for name in changed:
             m = self._members.get(name)
             if m is not None:
-                m.ready = True
+                self._queue(m)
                 if name in new_segments:
                     m.scanner._wakeup.created = True  # look for a later segment (the scanner does not watch)
 
-    def _poll(self) -> ShardMessage | None:
-        """The next message available now, in turn over the journals; None if none has one."""
-        if self._closed:
-            raise ClosedError(f"consumer of {self.root} is closed")
-        self._consume_last()
-        self._maybe_commit()
-        order = self._order
-        for _ in range(2):
-            n = len(order)
-            for k in range(n):
-                i = (self._turn + k) % n
-                m = self._members[order[i]]
-                if not m.ready:
+    def _maybe_commit(self) -> None:
+        if self._uncommitted and time.monotonic() - self._committed_at >= self.commit_interval:
+            self.commit()
+
+    def _messages(self, block: bool) -> Iterator[ShardMessage | None]:
+        """The messages, in turns of up to FAIRNESS per journal with data. Not `block`: None when none is
+        available now (the async form waits then)."""
+        new = tuple.__new__
+        ready = self._ready
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        while True:
+            if self._closed:
+                raise ClosedError(f"consumer of {self.root} is closed")
+            if not ready:
+                self._refresh()
+            if not ready:
+                self._maybe_commit()
+                if not self.follow and self._caught_up():
+                    return
+                if not block:
+                    yield None
                     continue
-                if k:
-                    self._turn, self._taken = i, 0
-                msg = next(m.scanner, None)
-                if msg is None:
-                    m.ready = False
-                    continue
-                self._taken += 1
-                if self._taken >= FAIRNESS:
-                    self._turn, self._taken = (i + 1) % n, 0
-                self._last = (m, msg.offset)
-                return ShardMessage(m.name, msg)
-            self._events.event.clear()  # before looking at the events: a later one sets it again
-            self._refresh()
-        return None
+                wait = SWEEP
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return
+                    wait = min(wait, left)
+                if self._uncommitted:
+                    wait = min(wait, max(0.0, self._committed_at + self.commit_interval - time.monotonic()))
+                self._events.event.wait(wait)
+                continue
+            m = ready.popleft()
+            name, poll = m.name, m.scanner.poll
+            n = 0
+            left = self.commit_every - self._uncommitted  # consumed messages until the next commit
+            dry = False
+            try:
+                while n < FAIRNESS:
+                    got = n
+                    for msg in poll():
+                        yield new(ShardMessage, (name, msg))
+                        n += 1  # the loop asked for the next: consumed
+                        if n >= left:
+                            self.commit()
+                            left = n + self.commit_every
+                        if n >= FAIRNESS:
+                            break
+                    if n == got:
+                        dry = True
+                        break
+            finally:
+                self._uncommitted = self.commit_every - (left - n)
+                if dry:
+                    m.ready = False  # queued again by its next file event
+                else:
+                    ready.append(m)  # more may be there (or the loop stopped mid-turn): it stays queued
+            if n:
+                deadline = None if self.timeout is None else time.monotonic() + self.timeout
+                self._maybe_commit()
 
     def _caught_up(self) -> bool:
         return all(m.position >= next_offset(m.path) for m in self._members.values())
 
     def __iter__(self) -> Iterator[ShardMessage]:
-        return self
+        return self._messages(block=True)  # type: ignore[return-value]
 
     def __next__(self) -> ShardMessage:
-        deadline = None if self.timeout is None else time.monotonic() + self.timeout
-        while True:
-            msg = self._poll()
-            if msg is not None:
-                return msg
-            if not self.follow and self._caught_up():
-                raise StopIteration
-            wait = SWEEP
-            if deadline is not None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise StopIteration
-                wait = min(wait, left)
-            if self._uncommitted:
-                wait = min(wait, max(0.0, self._committed_at + self.commit_interval - time.monotonic()))
-            self._events.event.wait(wait)
+        gen = self._gen
+        if gen is None:
+            gen = self._gen = self._messages(block=True)
+        try:
+            return next(gen)  # type: ignore[return-value]
+        except StopIteration:
+            self._gen = None  # iterating again goes on where it stopped
+            raise
 
     def __aiter__(self) -> AsyncIterator[ShardMessage]:
         return self
@@ -330,14 +351,19 @@ class Consumer:
         ev = self._events
         if ev.aevent is None:
             ev.aevent, ev.loop = asyncio.Event(), asyncio.get_running_loop()
+        gen = self._agen
+        if gen is None:
+            gen = self._agen = self._messages(block=False)
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
         while True:
             ev.aevent.clear()
-            msg = self._poll()
+            try:
+                msg = next(gen)
+            except StopIteration:
+                self._agen = None
+                raise StopAsyncIteration from None
             if msg is not None:
                 return msg
-            if not self.follow and self._caught_up():
-                raise StopAsyncIteration
             wait = SWEEP
             if deadline is not None:
                 left = deadline - time.monotonic()
@@ -353,7 +379,6 @@ class Consumer:
 
     def commit(self) -> None:
         """Commit every journal's position; the message yielded last counts as consumed."""
-        self._consume_last()
         for m in self._members.values():
             m.commit()
         self._uncommitted = 0
@@ -361,10 +386,7 @@ class Consumer:
 
     def positions(self) -> dict[str, int]:
         """Each journal's next offset to consume (the message yielded last counts as consumed)."""
-        out = {name: m.position for name, m in self._members.items()}
-        if self._last is not None:
-            out[self._last[0].name] = self._last[1] + 1
-        return out
+        return {name: m.position for name, m in self._members.items()}
 
     def committed(self) -> dict[str, int]:
         """Each journal's committed offset (where a restart begins)."""
@@ -384,9 +406,8 @@ class Consumer:
         m = self._members.get(journal)
         if m is None:
             raise InvalidArgumentError(f"no journal {journal!r} under {self.root}; the journals are {self._order}")
-        if self._last is not None and self._last[0] is m:
-            self._last = None
         m.seek(offset)
+        self._queue(m)
         self._uncommitted += 1
 
     def seek_to_time(self, t: int | _dt.datetime) -> None:
