@@ -18,7 +18,7 @@ log = logging.getLogger("sej.watch")
 
 _lock = threading.Lock()
 _observer: BaseObserver | None = None
-_watches: dict[tuple[str, bool], tuple[ObservedWatch, int]] = {}  # (path, recursive) -> watch, users
+_watches: dict[tuple[str, bool, tuple[type, ...]], tuple[ObservedWatch, int]] = {}  # -> watch, users
 
 
 class Wakeup(FileSystemEventHandler):
@@ -51,15 +51,22 @@ class Subscription:
     watch: the default limit is 128 per user, so a root is watched once, not per journal).
     """
 
-    def __init__(self, path: str, wakeup: FileSystemEventHandler, recursive: bool = False) -> None:
+    def __init__(
+        self,
+        path: str,
+        wakeup: FileSystemEventHandler,
+        recursive: bool = False,
+        event_filter: list[type[FileSystemEvent]] | None = None,
+    ) -> None:
+        """`event_filter`: only these kinds of events (the kernel is asked for no others)."""
         self.path = path
-        self.key = (path, recursive)
+        self.key = (path, recursive, tuple(event_filter or ()))
         self.wakeup = wakeup
         with _lock:
             obs = _shared_observer()
             entry = _watches.get(self.key)
             if entry is None:
-                watch = obs.schedule(wakeup, path, recursive=recursive)
+                watch = obs.schedule(wakeup, path, recursive=recursive, event_filter=event_filter)
                 _watches[self.key] = (watch, 1)
             else:
                 watch, count = entry

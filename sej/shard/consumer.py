@@ -21,9 +21,20 @@ import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Literal, NamedTuple
 
-from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.events import (
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirMovedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
 
 from ..errors import ClosedError, InvalidArgumentError, LockedError
 from ..fsutil import allow_open_files
@@ -43,8 +54,18 @@ SWEEP = 1.0
 """Seconds between looks at every journal, in case a file event was missed (a journal created
 faster than its watch was added)."""
 
+COMMIT_THREADS = 16
+"""Threads that write offset files at once when a commit covers many journals (an fsync each)."""
+
 FAIRNESS = 256
 """Messages taken from one journal before the next journal with data gets its turn."""
+
+
+CHANGES: list[type[FileSystemEvent]] = [
+    FileModifiedEvent, FileCreatedEvent, FileMovedEvent, FileDeletedEvent, DirCreatedEvent, DirMovedEvent,
+    DirDeletedEvent,
+]  # fmt: skip
+"""The events the consumer's watch asks for: not opens and closes (its own reads would flood it)."""
 
 
 class Lag(NamedTuple):
@@ -201,10 +222,15 @@ class Consumer:
         self._committed_at = time.monotonic()
         self._swept_at = 0.0
         self._closed = False
+        self._pool: ThreadPoolExecutor | None = None  # commits of many journals at once
         self._events = _RootEvents(self.root, is_journal(self.root))
-        self._sub: Subscription | None = Subscription(self.root, self._events, recursive=True)
+        self._sub: Subscription | None = None
         try:
             self._discover(initial=True)
+            # Watched only now: opening the journals (reader locks, offset directories) makes thousands of
+            # events the watch would have to wade through before the first new message. Every journal is
+            # queued, so what was written meanwhile is read all the same.
+            self._sub = Subscription(self.root, self._events, recursive=True, event_filter=CHANGES)
         except BaseException:
             self.close()
             raise
@@ -378,9 +404,20 @@ class Consumer:
     # -- positions --------------------------------------------------------------------------------
 
     def commit(self) -> None:
-        """Commit every journal's position; the message yielded last counts as consumed."""
-        for m in self._members.values():
-            m.commit()
+        """Commit every journal's position; the message yielded last counts as consumed.
+
+        Each changed journal's offset file is written and fsynced; many at once are written by
+        COMMIT_THREADS threads (each commit waits on its fsyncs, which release the GIL).
+        """
+        due = [m for m in self._members.values() if m.position != m.committed]
+        if len(due) <= 2:
+            for m in due:
+                m.commit()
+        else:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(COMMIT_THREADS, thread_name_prefix="sej-consumer-commit")
+            for f in [self._pool.submit(m.commit) for m in due]:
+                f.result()  # raises the first failure; the others were committed
         self._uncommitted = 0
         self._committed_at = time.monotonic()
 
@@ -432,6 +469,8 @@ class Consumer:
                 self._sub = None
             for m in self._members.values():
                 m.close()
+            if self._pool is not None:
+                self._pool.shutdown()
 
     def __enter__(self) -> Consumer:
         return self
