@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import queue
 import random
 import signal
 import subprocess
@@ -18,7 +19,7 @@ from sej.layout import reader_offset_path
 from sej.offset import read_offset_file
 from testing.timing import scaled, wait_until
 
-from .conftest import REPO
+from .conftest import REPO, popen_python
 
 
 def write_root(root: Path, shards: int, per: int, prefix: str = "ev") -> dict[str, list[bytes]]:
@@ -250,3 +251,104 @@ def test_sigkilled_consumer_replays_at_most_its_uncommitted_batch_and_skips_noth
     assert kills >= 5
     missing = [(f"ev.3.{i:03x}", k) for i in range(8) for k in range(400) if (f"ev.3.{i:03x}", k) not in seen]
     assert not missing, f"{len(missing)} messages never consumed, e.g. {missing[:5]}"
+
+
+WRITER = r"""
+import sys, time, sej
+root, shards, first, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+writers = [sej.Writer(f"{root}/ev.4.{first + i:03x}", segment_size=4000, durability="flush") for i in range(shards)]
+for k in range(count):
+    for i, w in enumerate(writers):
+        w.append(b"%d-%d" % (first + i, k))
+    if k % 50 == 49:
+        sys.stdout.write("%d\n" % (k + 1))
+        sys.stdout.flush()
+    time.sleep(0.004)  # a steady producer, so that appends go on across the consumer's kills
+for w in writers:
+    w.close()
+"""
+
+
+def lines_of(p: subprocess.Popen[str]) -> queue.Queue[str | None]:
+    """A child's stdout lines, read by a thread (None at the end), so that waits on them are bounded."""
+    q: queue.Queue[str | None] = queue.Queue()
+
+    def pump() -> None:
+        assert p.stdout is not None
+        for line in p.stdout:
+            q.put(line)
+        q.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    return q
+
+
+@pytest.mark.slow
+def test_consumer_killed_30_times_while_writer_processes_append_to_16_shards(tmp_path: Path) -> None:
+    """Live writer processes append to 12 shards, then 4 more appear; a consumer process is SIGKILLed at
+    random moments 30 times. Every message is consumed, none is skipped, and each restart replays at most
+    what was consumed past the commits before the kill."""
+    root = tmp_path / "root"
+    root.mkdir()
+    every, per = 40, 700
+    rng = random.Random(int(os.environ.get("SEJ_CONSUMER_SEED", random.randrange(1 << 30))))
+    writers = [popen_python(WRITER, str(root), "6", str(6 * i), str(per), stdout=subprocess.PIPE) for i in range(2)]
+    late: subprocess.Popen[str] | None = None
+    names = [f"ev.4.{i:03x}" for i in range(16)]
+    seen: dict[tuple[str, int], int] = {}
+    printed = bound = kills = 0
+    total = 12 * per + 4 * (per // 2)
+    try:
+        wq = [lines_of(w) for w in writers]
+        for q in wq:  # both writers are appending before the first consumer starts
+            assert q.get(timeout=scaled(60)) is not None
+        for round in range(30):
+            if round == 10:  # four new shards, picked up by the running consumers
+                late = popen_python(WRITER, str(root), "4", "12", str(per // 2), stdout=subprocess.PIPE)
+            left = total - len(seen)  # not consumed yet: the consumer prints these (it never skips)
+            if left == 0:
+                break
+            p = popen_python(CONSUMER, str(root), str(every), stdout=subprocess.PIPE)
+            q = lines_of(p)
+            got: list[str] = []
+            want = min(rng.randrange(1, 250), left)
+            kills += 1
+            while len(got) < want:
+                line = q.get(timeout=scaled(60))
+                assert line is not None, "the consumer ended"
+                got.append(line)
+            p.send_signal(signal.SIGKILL)
+            p.wait(scaled(30))
+            while (line := q.get(timeout=scaled(30))) is not None:
+                got.append(line)
+            committed = {n: read_offset_file(reader_offset_path(str(root / n), "app")) or 0
+                         for n in names if (root / n / "ofs").is_dir()}  # fmt: skip
+            uncommitted = 0
+            for line in got:
+                name, off = line.split()
+                key = (name, int(off))
+                seen[key] = seen.get(key, 0) + 1
+                printed += 1
+                uncommitted += int(off) >= committed.get(name, 0)
+            assert uncommitted <= every + 1, f"round {round}: {uncommitted} consumed past the commits, {every=}"
+            bound += uncommitted
+        for w in [*writers, *([late] if late else [])]:
+            assert w.wait(scaled(120)) == 0
+    finally:
+        for w in [*writers, *([late] if late else [])]:
+            if w.poll() is None:
+                w.kill()
+                w.wait()
+    final = CONSUMER.replace("for m in c:", "c.timeout = 0\n    for m in c:")
+    out = subprocess.run([sys.executable, "-c", final, str(root), str(every)], capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=scaled(120))  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    for line in out.stdout.splitlines():
+        name, off = line.split()
+        seen[(name, int(off))] = seen.get((name, int(off)), 0) + 1
+        printed += 1
+    expected = {(n, k) for n in names[:12] for k in range(per)} | {(n, k) for n in names[12:] for k in range(per // 2)}
+    assert set(seen) == expected, f"missing {len(expected - set(seen))}, unexpected {len(set(seen) - expected)}"
+    assert any(n in names[12:] for n, _ in seen)
+    assert kills >= 25, f"only {kills} kills"
+    assert printed - len(seen) <= bound, f"{printed - len(seen)} duplicates, more than the {bound} at the kills"
