@@ -9,12 +9,19 @@ from __future__ import annotations
 
 import logging
 import threading
+import warnings
 
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver, ObservedWatch
 
 log = logging.getLogger("sej.watch")
+
+# watchdog 7 warns when a recursive watch meets a directory created while it adds its watches (it adds
+# the same directory twice, harmlessly); a consumer of a root where writers create shards sees it often.
+warnings.filterwarnings(
+    "ignore", r"Callback with id .* already exists", RuntimeWarning, r"watchdog\.observers\.inotify"
+)
 
 _lock = threading.Lock()
 _observer: BaseObserver | None = None

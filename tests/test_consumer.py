@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -352,3 +353,166 @@ def test_consumer_killed_30_times_while_writer_processes_append_to_16_shards(tmp
     assert any(n in names[12:] for n, _ in seen)
     assert kills >= 25, f"only {kills} kills"
     assert printed - len(seen) <= bound, f"{printed - len(seen)} duplicates, more than the {bound} at the kills"
+
+
+MEMBER = r"""
+import sys, time, sej
+root = sys.argv[1]
+
+
+def say(*words):
+    sys.stdout.write(" ".join(map(str, words)) + "\n")
+    sys.stdout.flush()
+
+
+with sej.Consumer(root, "grp", group=True, commit_every=20, commit_interval=3600,
+                  on_assign=lambda names: say("take", time.monotonic(), ",".join(names)),
+                  on_revoke=lambda names: say("revoke", time.monotonic(), ",".join(names))) as c:
+    for m in c:
+        say("msg", time.monotonic(), m.journal, m.message.offset)
+"""
+
+GROUP_WRITER = r"""
+import os, sys, time, sej
+root, first, stop = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+writers = [sej.Writer(f"{root}/ev.4.{first + i:03x}", segment_size=8000, durability="flush") for i in range(8)]
+k = 0
+while not (k % 50 == 0 and os.path.exists(stop)):
+    for w in writers:
+        w.append(b"%d" % k)
+    k += 1
+    if k % 50 == 0:
+        sys.stdout.write("%d\n" % k)
+        sys.stdout.flush()
+    time.sleep(0.004)
+for w in writers:
+    w.close()
+sys.stdout.write("done %d\n" % k)
+"""
+
+
+class Member:
+    """A consumer-group member process and what it said: its journals over time, and its messages."""
+
+    def __init__(self, name: str, root: Path) -> None:
+        self.name = name
+        self.proc = popen_python(MEMBER, str(root), stdout=subprocess.PIPE)
+        self.lines = lines_of(self.proc)
+        self.held: set[str] = set()
+        self.spans: list[tuple[str, float, float]] = []  # (journal, taken, given up or died)
+        self.since: dict[str, float] = {}
+        self.msgs: list[tuple[float, str, int]] = []
+        self.died: float | None = None
+
+    def drain(self) -> None:
+        while True:
+            try:
+                line = self.lines.get_nowait()
+            except queue.Empty:
+                return
+            if line is None:
+                return
+            kind, t, *rest = line.split()
+            if kind == "msg":
+                self.msgs.append((float(t), rest[0], int(rest[1])))
+                continue
+            for j in rest[0].split(","):
+                if kind == "take":
+                    assert j not in self.held, f"{self.name} took {j} twice"
+                    self.held.add(j)
+                    self.since[j] = float(t)
+                else:
+                    self.held.remove(j)
+                    self.spans.append((j, self.since.pop(j), float(t)))
+
+    def kill(self) -> float:
+        """SIGKILL it; the time before the signal (its locks are released after)."""
+        t = time.monotonic()
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(scaled(30))
+        wait_until(lambda: self.lines.queue and self.lines.queue[-1] is None, scaled(30), f"{self.name}'s output")
+        self.drain()
+        self.died = t
+        for j in self.held:
+            self.spans.append((j, self.since.pop(j), t))
+        return t
+
+
+@pytest.mark.slow
+def test_group_members_share_the_journals_take_over_from_a_dead_one_and_give_a_share_to_a_new_one(
+    tmp_path: Path,
+) -> None:
+    """Three consumer processes share reader "grp" over a 16-shard root while two writer processes append;
+    one is SIGKILLed, later a fourth joins. Every message is consumed; no journal is ever read by two live
+    members at once; the dead member's journals are taken over within 10 s; the shares stay even."""
+    root = tmp_path / "root"
+    root.mkdir()
+    stop = tmp_path / "stop"
+    writers = [popen_python(GROUP_WRITER, str(root), str(8 * i), str(stop), stdout=subprocess.PIPE) for i in range(2)]
+    members: list[Member] = []
+
+    def live() -> list[Member]:
+        for m in members:
+            m.drain()
+        return [m for m in members if m.died is None]
+
+    def even() -> bool:
+        held = [len(m.held) for m in live()]
+        return sum(held) == 16 and max(held) - min(held) <= 1
+
+    try:
+        wq = [lines_of(w) for w in writers]
+        for q in wq:
+            assert q.get(timeout=scaled(60)) is not None
+        members += [Member(n, root) for n in "ABC"]
+        wait_until(even, scaled(60), "three members holding 6, 5 and 5 journals")
+        wait_until(lambda: all(len(m.msgs) >= 50 for m in live()), scaled(60), "every member consuming")
+        victim = members[1]
+        orphans = set(victim.held)
+        killed = victim.kill()
+        wait_until(lambda: orphans <= {j for m in live() for j in m.held}, scaled(60), "the orphans taken over")
+        taken = {j: min(t for m in live() for j2, t in [*[(s[0], s[1]) for s in m.spans], *m.since.items()]
+                        if j2 == j and t > killed) for j in orphans}  # fmt: skip
+        slowest = max(taken.values()) - killed
+        assert slowest < 10, f"the dead member's journals were taken over after {slowest:.1f} s"
+        wait_until(even, scaled(60), "two members holding 8 journals each")
+        members.append(Member("D", root))
+        wait_until(lambda: even() and len(members[3].held) >= 5, scaled(60), "the new member holding its share")
+        wait_until(lambda: len(live()[-1].msgs) >= 20, scaled(60), "the new member consuming")
+        stop.touch()
+        written: dict[str, int] = {}
+        for i, (w, q) in enumerate(zip(writers, wq)):
+            assert w.wait(scaled(120)) == 0
+            last = ""
+            while (line := q.get(timeout=scaled(30))) is not None:
+                last = line
+            for k in range(8):
+                written[f"ev.4.{8 * i + k:03x}"] = int(last.split()[1])
+        expected = {(j, k) for j, n in written.items() for k in range(n)}
+
+        def consumed() -> set[tuple[str, int]]:
+            live()
+            return {(j, off) for m in members for _, j, off in m.msgs}
+
+        wait_until(lambda: consumed() >= expected, scaled(120), "every message consumed")
+        assert consumed() == expected
+        for m in live():
+            m.kill()
+    finally:
+        stop.touch()
+        for p in [*writers, *(m.proc for m in members)]:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    # No journal read by two live members at once: a member reads a journal only between taking and giving
+    # it up (or dying), and those spans of one journal never overlap.
+    for m in members:
+        for t, j, off in m.msgs:
+            assert any(j2 == j and a <= t <= b for j2, a, b in m.spans), f"{m.name} read {j}:{off} without holding it"
+    for j in written:
+        spans = sorted((a, b, m.name) for m in members for j2, a, b in m.spans if j2 == j)
+        for (_, b1, n1), (a2, _, n2) in zip(spans, spans[1:]):
+            assert b1 <= a2, f"{j} held by {n1} until {b1} and by {n2} from {a2}"
+    # At least once, and the replays are what the dead member consumed past its last commit.
+    printed = sum(len(m.msgs) for m in members)
+    assert printed - len(expected) <= 21, f"{printed - len(expected)} messages consumed twice"

@@ -20,7 +20,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Literal, NamedTuple
 
@@ -44,7 +44,8 @@ from ..offset import Offset
 from ..scanner import Scanner
 from ..timestamps import to_ns
 from ..watch import Subscription
-from .root import ShardMessage, find_journals, is_journal
+from .group import GROUPS_DIR, Membership, share
+from .root import Journal, ShardMessage, find_journals, is_journal
 
 log = logging.getLogger("sej.consumer")
 
@@ -78,16 +79,18 @@ class _Member:
 
     __slots__ = ("name", "path", "scanner", "offset", "committed", "ready")
 
-    def __init__(self, name: str, path: str, reader: str, start: object) -> None:
+    def __init__(self, name: str, path: str, reader: str | None, start: object) -> None:
         self.name, self.path = name, path
-        self.offset = Offset(path, reader)  # LockedError if another consumer holds it
+        # LockedError if another consumer holds it; no reader: nothing kept, nothing locked
+        self.offset = Offset(path, reader) if reader is not None else None
         try:
-            at = _start_offset(path, self.offset.value, start)
-            self.scanner = Scanner(path, at, timeout=0)
+            committed = self.offset.value if self.offset is not None else first_offset(path)
+            self.scanner = Scanner(path, _start_offset(path, committed, start), timeout=0)
         except BaseException:
-            self.offset.close()
+            if self.offset is not None:
+                self.offset.close()
             raise
-        self.committed = self.offset.value
+        self.committed = committed
         self.ready = False  # queued in the consumer's ready deque
 
     def seek(self, offset: int) -> None:
@@ -104,7 +107,8 @@ class _Member:
     def commit(self) -> bool:
         if self.position == self.committed:
             return False
-        self.offset.commit(self.position)
+        if self.offset is not None:
+            self.offset.commit(self.position)
         self.committed = self.position
         return True
 
@@ -112,7 +116,8 @@ class _Member:
         try:
             self.scanner.close()
         finally:
-            self.offset.close()
+            if self.offset is not None:
+                self.offset.close()
 
 
 def _start_offset(path: str, committed: int, start: object) -> int:
@@ -155,6 +160,12 @@ class _RootEvents(FileSystemEventHandler):
             name, inside = parts[0], parts[1:]
         if inside and inside[0] in ("ofs", "idx"):
             return  # offset commits (ours too) and index writes: no new messages
+        if GROUPS_DIR in (name, *inside[:1]):
+            if event.event_type in ("created", "moved", "deleted"):  # a member joined or left: rebalance now
+                with self.lock:
+                    self.rescan = True
+                self._wake()
+            return
         created = event.event_type in ("created", "moved", "deleted")
         with self.lock:
             if not inside or inside == ["jnl"]:
@@ -162,6 +173,9 @@ class _RootEvents(FileSystemEventHandler):
             if created:
                 self.new_segments.add(name)
             self.changed.add(name)
+        self._wake()
+
+    def _wake(self) -> None:
         self.event.set()
         loop, aevent = self.loop, self.aevent
         if loop is not None and aevent is not None:
@@ -181,35 +195,53 @@ class _RootEvents(FileSystemEventHandler):
 class Consumer:
     """Consumes every journal at `path` (a journal, a sharded root or a hub root) as reader `reader`.
 
+    `reader` None reads without a reader: no offset file is locked or written (a read-only tree
+    will do), and `commit()` only marks positions as committed in this process.
+
     Iterating yields `ShardMessage(journal, message)`: the journal's name under the root ("" for a
     lone journal) and the message. With `follow`, iteration waits for new messages and new journals,
     and ends after `timeout` seconds without any (None: never); without it, it ends once every
     journal is read to its end.
 
     `start`: where each journal starts: "committed" (the reader's committed offset, or the journal's
-    first message if none), "first", "last", an offset, a mapping of journal names to offsets
+    first message if none, or without a reader), "first", "last", an offset, a mapping of journal names to offsets
     (others: committed), or an aware datetime. Journals that appear later start at "committed".
+
+    `group`: share the journals with the other consumers of the same reader on the same root, in
+    this process or others, on this machine or others sharing the file system (sej.shard.group):
+    each journal is consumed by one member at a time, from its committed offset, and the journals
+    are spread evenly over the live members, checked every SWEEP seconds. A member that dies (or
+    closes) loses its journals to the others; one that joins takes its share. `on_assign(names)` and
+    `on_revoke(names)` are called with the journals taken and given up (before their positions are
+    committed and their locks released), as Kafka's rebalance listener.
     """
 
     def __init__(
         self,
         path: str | os.PathLike[str],
-        reader: str,
+        reader: str | None,
         *,
         start: Start = "committed",
         commit_every: int = 1000,
         commit_interval: float = 5.0,
         follow: bool = True,
         timeout: float | None = None,
+        group: bool = False,
+        on_assign: Callable[[list[str]], object] | None = None,
+        on_revoke: Callable[[list[str]], object] | None = None,
     ) -> None:
         self.root = journal_path(path)
-        self.reader = check_reader_name(reader)
+        self.reader = check_reader_name(reader) if reader is not None else None
         if not isinstance(commit_every, int) or isinstance(commit_every, bool) or commit_every < 1:
             raise InvalidArgumentError(f"commit_every must be an int >= 1, got {commit_every!r}")
         if isinstance(commit_interval, bool) or not isinstance(commit_interval, (int, float)) or commit_interval <= 0:
             raise InvalidArgumentError(f"commit_interval must be seconds > 0, got {commit_interval!r}")
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0):
             raise InvalidArgumentError(f"timeout must be seconds >= 0 or None, got {timeout!r}")
+        if group and self.reader is None:
+            raise InvalidArgumentError("a group needs a reader name: its members share the reader's offsets")
+        if group and start != "committed":
+            raise InvalidArgumentError(f"a group member starts at the committed offsets, got start={start!r}")
         self.commit_every, self.commit_interval = commit_every, float(commit_interval)
         self.follow, self.timeout = follow, timeout
         self._start = start
@@ -225,7 +257,11 @@ class Consumer:
         self._pool: ThreadPoolExecutor | None = None  # commits of many journals at once
         self._events = _RootEvents(self.root, is_journal(self.root))
         self._sub: Subscription | None = None
+        self._on_assign, self._on_revoke = on_assign, on_revoke
+        self._group: Membership | None = None
         try:
+            if group:
+                self._group = Membership(self.root, self.reader)  # type: ignore[arg-type]
             self._discover(initial=True)
             # Watched only now: opening the journals (reader locks, offset directories) makes thousands of
             # events the watch would have to wade through before the first new message. Every journal is
@@ -238,10 +274,14 @@ class Consumer:
     # -- journals ---------------------------------------------------------------------------------
 
     def _discover(self, initial: bool = False) -> None:
-        """Start consuming journals not consumed yet."""
+        """Start consuming journals not consumed yet (in a group: as many as this member's share)."""
         journals = find_journals(self.root)
+        if self._group is not None:
+            self._rebalance(journals)
+            return
         new = [j for j in journals if j.name not in self._members]
         allow_open_files(2 * (len(self._members) + len(new)) + 64)
+        took = []
         for j in new:
             start = self._start if initial else "committed"
             if isinstance(start, Mapping):
@@ -253,14 +293,67 @@ class Consumer:
                     raise
                 log.warning("%s: reader %s is locked by another process; not consuming it", j.path, self.reader)
                 continue
-            self._members[j.name] = m
-            self._order.append(j.name)
-            m.ready = False
-            self._queue(m)
+            self._add(m)
+            took.append(j.name)
         if initial and isinstance(self._start, Mapping):
             unknown = set(self._start) - set(self._members)
             if unknown:
                 raise InvalidArgumentError(f"start names journals not under {self.root}: {sorted(unknown)}")
+        if took and self._on_assign is not None:
+            self._on_assign(took)
+
+    def _add(self, m: _Member) -> None:
+        self._members[m.name] = m
+        self._order.append(m.name)
+        m.ready = False
+        self._queue(m)
+
+    def _rebalance(self, journals: list[Journal]) -> None:
+        """Hold this member's share of the journals: give up the ones over it, take free ones under it."""
+        assert self._group is not None
+        cap = share(len(journals), self._group.members(), self._group.id)
+        over = len(self._members) - cap
+        if over > 0:
+            self._release(self._order[-over:])
+            return
+        if over == 0:
+            return
+        free = [j for j in journals if j.name not in self._members]
+        allow_open_files(2 * cap + 64)
+        # Each member tries the free journals from a place of its own: members joining at once then
+        # mostly find different journals unlocked.
+        k = int(self._group.id.rsplit("-", 1)[1], 16) % len(free) if free else 0
+        took = []
+        for j in free[k:] + free[:k]:
+            if len(self._members) >= cap:
+                break
+            try:
+                m = _Member(j.name, j.path, self.reader, "committed")
+            except LockedError:
+                continue  # another member's
+            self._add(m)
+            took.append(j.name)
+        if took:
+            log.info("%s: reader %s took %d journals (share %d)", self.root, self.reader, len(took), cap)
+            if self._on_assign is not None:
+                self._on_assign(took)
+
+    def _release(self, names: list[str]) -> None:
+        """Stop consuming `names`: commit their positions and release their reader locks."""
+        if self._on_revoke is not None:
+            self._on_revoke(list(names))
+        gone = set(names)
+        keep = [m for m in self._ready if m.name not in gone]
+        self._ready.clear()
+        self._ready.extend(keep)
+        self._order = [n for n in self._order if n not in gone]
+        for name in names:
+            m = self._members.pop(name)
+            try:
+                m.commit()
+            finally:
+                m.close()
+        log.info("%s: reader %s gave up %d journals", self.root, self.reader, len(names))
 
     @property
     def journals(self) -> list[str]:
@@ -301,12 +394,13 @@ class Consumer:
         available now (the async form waits then)."""
         new = tuple.__new__
         ready = self._ready
+        events = self._events.event
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
         while True:
             if self._closed:
                 raise ClosedError(f"consumer of {self.root} is closed")
-            if not ready:
-                self._refresh()
+            if not ready or events.is_set() or time.monotonic() - self._swept_at >= SWEEP:
+                self._refresh()  # also between turns: a journal that always has data must not starve the others
             if not ready:
                 self._maybe_commit()
                 if not self.follow and self._caught_up():
@@ -471,6 +565,8 @@ class Consumer:
                 m.close()
             if self._pool is not None:
                 self._pool.shutdown()
+            if self._group is not None:
+                self._group.close()
 
     def __enter__(self) -> Consumer:
         return self
