@@ -161,6 +161,7 @@ class Scanner:
         self._sub_path = ""
         self._seg: _Open | None = None
         self._it: Iterator[Message] = iter(_EMPTY)
+        self._batch: list[Message] = []  # what _it iterates: emptied at close, so nothing more comes out of it
         self._end = 0  # offset after the last message of the current batch
         self._closed = False
         try:
@@ -221,7 +222,7 @@ class Scanner:
                 raise CorruptionError(seg.path, seg.pos, f"segment ends at offset {seg.offset}, before {self._want}")
             if msgs[-1].offset >= self._want:
                 keep = msgs[self._want - msgs[0].offset :]
-                self._it = iter(keep)
+                self._it, self._batch = iter(keep), keep
                 self._end = keep[-1].offset + 1
                 return
 
@@ -285,7 +286,7 @@ class Scanner:
             event.clear()
             msgs = self._read_available()
             if msgs:
-                self._it = iter(msgs)
+                self._it, self._batch = iter(msgs), msgs
                 self._end = msgs[-1].offset + 1
                 return True
             if deadline is None:
@@ -344,8 +345,10 @@ class Scanner:
         return self._end - length_hint(self._it)
 
     def close(self) -> None:
-        """Stop watching and close the segment file. Idempotent."""
+        """Stop watching and close the segment file; messages of the batch not taken yet are dropped. Idempotent."""
         self._closed = True
+        self._end = self.offset  # still where reading stopped
+        self._batch.clear()
         if self._sub is not None:
             self._sub.close()
             self._sub = None

@@ -61,10 +61,30 @@ def test_commits_in_batches_and_a_message_is_consumed_when_the_next_is_asked_for
     for _ in range(25):
         next(it)
     assert sum(c.positions().values()) == 25  # positions count the message yielded last
-    assert sum(c.committed().values()) == 20  # commits after the 10th and 20th consumed
+    assert sum(c.committed().values()) == 20  # commits after the 10th and 20th consumed (in the loop: few journals)
     c.commit()
     assert sum(c.committed().values()) == 25
     c.close()
+
+
+def test_commits_of_many_journals_run_in_the_background_less_than_a_batch_behind(tmp_path: Path) -> None:
+    """With more than BACKGROUND_COMMIT journals changed, a batch commit starts every commit_every / 2
+    messages on the committer thread, one at a time: the offsets on disk are never more than a batch behind."""
+    root = tmp_path / "root"
+    write_root(root, 40, 30)  # read a journal at a time: 30 messages a turn
+    every = 1000
+
+    def on_disk() -> int:
+        return sum(read_offset_file(reader_offset_path(str(root / n), "app")) or 0 for n in c.journals)
+
+    with sej.Consumer(root, "app", commit_every=every, commit_interval=3600, follow=False) as c:
+        for k, _ in enumerate(c, 1):
+            assert k - on_disk() <= every
+            if k == 600:  # past half a batch (17 journals changed at 500): a commit was started, not by the loop
+                c._wait_commit()
+                assert on_disk() == 500
+        assert k == 1200
+    assert on_disk() == 1200
 
 
 def test_a_lone_journal_and_start_positions(tmp_path: Path) -> None:

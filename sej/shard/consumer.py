@@ -21,7 +21,8 @@ import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from itertools import chain, islice, repeat
 from typing import Literal, NamedTuple
 
 from watchdog.events import (
@@ -58,9 +59,15 @@ faster than its watch was added)."""
 COMMIT_THREADS = 16
 """Threads that write offset files at once when a commit covers many journals (an fsync each)."""
 
+BACKGROUND_COMMIT = 16
+"""A batch commit of more journals than this is written by a committer thread while the loop goes on."""
+
 FAIRNESS = 256
 """Messages taken from one journal before the next journal with data gets its turn."""
 
+
+_new = tuple.__new__
+_SHARD_MESSAGE = repeat(ShardMessage)
 
 CHANGES: list[type[FileSystemEvent]] = [
     FileModifiedEvent, FileCreatedEvent, FileMovedEvent, FileDeletedEvent, DirCreatedEvent, DirMovedEvent,
@@ -104,13 +111,15 @@ class _Member:
         right after its scanner does)."""
         return self.scanner.offset
 
-    def commit(self) -> bool:
-        if self.position == self.committed:
-            return False
+    def commit(self, position: int | None = None) -> None:
+        """Commit `position` (default: the current one); on the committer's thread for background commits."""
+        if position is None:
+            position = self.position
+        if position == self.committed:
+            return
         if self.offset is not None:
-            self.offset.commit(self.position)
-        self.committed = self.position
-        return True
+            self.offset.commit(position)
+        self.committed = position
 
     def close(self) -> None:
         try:
@@ -248,13 +257,18 @@ class Consumer:
         self._members: dict[str, _Member] = {}
         self._order: list[str] = []  # the members, in the order they were found
         self._ready: deque[_Member] = deque()  # members that may have data, in turn
-        self._gen: Iterator[ShardMessage | None] | None = None  # what __next__ iterates
-        self._agen: Iterator[ShardMessage | None] | None = None  # what __anext__ polls
+        self._it: Iterator[ShardMessage] | None = None  # what __next__ iterates
+        self._agen: Iterator[Iterator[ShardMessage] | None] | None = None  # the turns __anext__ takes
+        self._aturn: Iterator[ShardMessage] = iter(())  # the turn __anext__ takes messages from
+        self._turn: tuple[_Member, int | None] | None = None  # the journal of the turn under way, where it began
         self._uncommitted = 0
         self._committed_at = time.monotonic()
         self._swept_at = 0.0
         self._closed = False
         self._pool: ThreadPoolExecutor | None = None  # commits of many journals at once
+        self._committer: ThreadPoolExecutor | None = None  # background commits, one at a time
+        self._pending: Future[None] | None = None  # the background commit under way
+        self._batch = max(1, commit_every // 2) if commit_every > 1 else 1  # messages between batch commits
         self._events = _RootEvents(self.root, is_journal(self.root))
         self._sub: Subscription | None = None
         self._on_assign, self._on_revoke = on_assign, on_revoke
@@ -342,6 +356,7 @@ class Consumer:
         """Stop consuming `names`: commit their positions and release their reader locks."""
         if self._on_revoke is not None:
             self._on_revoke(list(names))
+        self._wait_commit()  # the committer may be writing their offset files
         gone = set(names)
         keep = [m for m in self._ready if m.name not in gone]
         self._ready.clear()
@@ -387,16 +402,34 @@ class Consumer:
 
     def _maybe_commit(self) -> None:
         if self._uncommitted and time.monotonic() - self._committed_at >= self.commit_interval:
-            self.commit()
+            self._commit_in_background()
 
-    def _messages(self, block: bool) -> Iterator[ShardMessage | None]:
-        """The messages, in turns of up to FAIRNESS per journal with data. Not `block`: None when none is
-        available now (the async form waits then)."""
-        new = tuple.__new__
+    def _turns(self, block: bool) -> Iterator[Iterator[ShardMessage] | None]:
+        """Turns of up to FAIRNESS messages of one journal with data each, as iterators that run in C (the
+        loop's `for` pulls messages from them without running Python code per message). Not `block`: None
+        when no message is available now (the async form waits then).
+
+        A turn's messages count as consumed once the loop asks for the one after them: then this
+        generator is resumed, and the journal's position (its scanner's offset) tells how many it took.
+        """
         ready = self._ready
         events = self._events.event
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
         while True:
+            turn, self._turn = self._turn, None
+            if turn is not None:  # the loop asked past the last message of the turn
+                m, began = turn
+                taken = m.position - began if began is not None else 1  # None: sought meanwhile
+                if taken:
+                    ready.append(m)  # more may be there: it stays queued
+                    self._uncommitted += taken if began is not None else 0
+                    deadline = None if self.timeout is None else time.monotonic() + self.timeout
+                    if self._uncommitted >= self._batch:
+                        self._batch_commit()
+                    else:
+                        self._maybe_commit()
+                else:
+                    m.ready = False  # queued again by its next file event
             if self._closed:
                 raise ClosedError(f"consumer of {self.root} is closed")
             if not ready or events.is_set() or time.monotonic() - self._swept_at >= SWEEP:
@@ -416,51 +449,35 @@ class Consumer:
                     wait = min(wait, left)
                 if self._uncommitted:
                     wait = min(wait, max(0.0, self._committed_at + self.commit_interval - time.monotonic()))
-                self._events.event.wait(wait)
+                events.wait(wait)
                 continue
             m = ready.popleft()
-            name, poll = m.name, m.scanner.poll
-            n = 0
-            left = self.commit_every - self._uncommitted  # consumed messages until the next commit
-            dry = False
             try:
-                while n < FAIRNESS:
-                    got = n
-                    for msg in poll():
-                        yield new(ShardMessage, (name, msg))
-                        n += 1  # the loop asked for the next: consumed
-                        if n >= left:
-                            self.commit()
-                            left = n + self.commit_every
-                        if n >= FAIRNESS:
-                            break
-                    if n == got:
-                        dry = True
-                        break
-            finally:
-                self._uncommitted = self.commit_every - (left - n)
-                if dry:
-                    m.ready = False  # queued again by its next file event
-                else:
-                    ready.append(m)  # more may be there (or the loop stopped mid-turn): it stays queued
-            if n:
-                deadline = None if self.timeout is None else time.monotonic() + self.timeout
-                self._maybe_commit()
+                batch = m.scanner.poll()
+            except BaseException:
+                ready.appendleft(m)  # still queued: iterating again meets the same error
+                raise
+            self._turn = (m, m.position)
+            # a batch commit falls between two turns
+            size = min(
+                FAIRNESS, (self._batch if self._uncommitted < self._batch else self.commit_every) - self._uncommitted
+            )
+            yield map(_new, _SHARD_MESSAGE, zip(repeat(m.name), islice(batch, size)))
 
     def _caught_up(self) -> bool:
         return all(m.position >= next_offset(m.path) for m in self._members.values())
 
     def __iter__(self) -> Iterator[ShardMessage]:
-        return self._messages(block=True)  # type: ignore[return-value]
+        return chain.from_iterable(self._turns(block=True))  # type: ignore[arg-type]
 
     def __next__(self) -> ShardMessage:
-        gen = self._gen
-        if gen is None:
-            gen = self._gen = self._messages(block=True)
+        it = self._it
+        if it is None:
+            it = self._it = iter(self)
         try:
-            return next(gen)  # type: ignore[return-value]
+            return next(it)
         except StopIteration:
-            self._gen = None  # iterating again goes on where it stopped
+            self._it = None  # iterating again goes on where it stopped
             raise
 
     def __aiter__(self) -> AsyncIterator[ShardMessage]:
@@ -473,17 +490,20 @@ class Consumer:
             ev.aevent, ev.loop = asyncio.Event(), asyncio.get_running_loop()
         gen = self._agen
         if gen is None:
-            gen = self._agen = self._messages(block=False)
+            gen = self._agen = self._turns(block=False)
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
         while True:
+            for msg in self._aturn:
+                return msg
             ev.aevent.clear()
             try:
-                msg = next(gen)
+                turn = next(gen)
             except StopIteration:
                 self._agen = None
                 raise StopAsyncIteration from None
-            if msg is not None:
-                return msg
+            if turn is not None:
+                self._aturn = turn
+                continue
             wait = SWEEP
             if deadline is not None:
                 left = deadline - time.monotonic()
@@ -498,22 +518,58 @@ class Consumer:
     # -- positions --------------------------------------------------------------------------------
 
     def commit(self) -> None:
-        """Commit every journal's position; the message yielded last counts as consumed.
+        """Commit every journal's position and wait until it is durable; the message yielded last counts as
+        consumed. A background commit under way is waited for first (its error is raised here)."""
+        self._wait_commit()
+        self._write(self._due())
 
-        Each changed journal's offset file is written and fsynced; many at once are written by
-        COMMIT_THREADS threads (each commit waits on its fsyncs, which release the GIL).
-        """
-        due = [m for m in self._members.values() if m.position != m.committed]
-        if len(due) <= 2:
-            for m in due:
-                m.commit()
-        else:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(COMMIT_THREADS, thread_name_prefix="sej-consumer-commit")
-            for f in [self._pool.submit(m.commit) for m in due]:
-                f.result()  # raises the first failure; the others were committed
+    def _batch_commit(self) -> None:
+        """The commit of a batch: of many journals in the background every half batch; of a few in the loop
+        every batch (a committer thread waits for the GIL after each of its system calls while the loop
+        reads, so for a few fsyncs the hand-offs cost more than the fsyncs themselves)."""
+        changed = sum(1 for m in self._members.values() if m.position != m.committed)
+        if changed > BACKGROUND_COMMIT and self.commit_every > 1:
+            self._commit_in_background()
+        elif self._uncommitted >= self.commit_every:
+            self.commit()
+
+    def _commit_in_background(self) -> None:
+        """The batch commit: every journal's position, written by the committer thread while the loop goes
+        on. Only one is under way at a time (the next waits for it), and one starts every half batch, so
+        what a crash loses is less than `commit_every` messages, as with a commit in the loop."""
+        self._wait_commit()
+        due = self._due()
+        if not due:
+            return
+        if self._committer is None:
+            self._committer = ThreadPoolExecutor(1, thread_name_prefix="sej-consumer-committer")
+        self._pending = self._committer.submit(self._write, due)
+
+    def _due(self) -> list[tuple[_Member, int]]:
+        """The journals whose positions changed since their last commit, and the positions; counts restart."""
+        due = [(m, m.position) for m in self._members.values() if m.position != m.committed]
         self._uncommitted = 0
         self._committed_at = time.monotonic()
+        if self._turn is not None and self._turn[1] is not None:  # what the turn took so far is in this commit
+            self._turn = (self._turn[0], self._turn[0].position)
+        return due
+
+    def _write(self, due: list[tuple[_Member, int]]) -> None:
+        """Write and fsync the offset files of `due`; many at once by COMMIT_THREADS threads (the fsyncs
+        release the GIL)."""
+        if len(due) <= 2:
+            for m, position in due:
+                m.commit(position)
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(COMMIT_THREADS, thread_name_prefix="sej-consumer-commit")
+        for f in [self._pool.submit(m.commit, position) for m, position in due]:
+            f.result()  # raises the first failure; the others were committed
+
+    def _wait_commit(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
 
     def positions(self) -> dict[str, int]:
         """Each journal's next offset to consume (the message yielded last counts as consumed)."""
@@ -537,8 +593,11 @@ class Consumer:
         m = self._members.get(journal)
         if m is None:
             raise InvalidArgumentError(f"no journal {journal!r} under {self.root}; the journals are {self._order}")
-        m.seek(offset)
-        self._queue(m)
+        m.seek(offset)  # closes its scanner: a turn of it under way ends
+        if self._turn is not None and self._turn[0] is m:
+            self._turn = (m, None)
+        else:
+            self._queue(m)
         self._uncommitted += 1
 
     def seek_to_time(self, t: int | _dt.datetime) -> None:
@@ -563,8 +622,9 @@ class Consumer:
                 self._sub = None
             for m in self._members.values():
                 m.close()
-            if self._pool is not None:
-                self._pool.shutdown()
+            for pool in (self._committer, self._pool):
+                if pool is not None:
+                    pool.shutdown()
             if self._group is not None:
                 self._group.close()
 
