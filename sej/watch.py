@@ -8,8 +8,10 @@ the same directory are shared and reference-counted.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import warnings
+from collections.abc import Callable
 
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
@@ -99,3 +101,76 @@ class Subscription:
             else:
                 _watches[self.key] = (watch, count - 1)
                 obs.remove_handler_for_watch(self.wakeup, watch)
+
+
+try:  # watchdog's own inotify layer (watchdog >= 7, Linux): one reader thread for every watch
+    from watchdog.observers.inotify_c import CallbackId, InotifyConstants, InotifyEvent, InotifyFD, Mask
+
+    _DIR_MASK = (
+        InotifyConstants.IN_MODIFY
+        | InotifyConstants.IN_CREATE
+        | InotifyConstants.IN_DELETE
+        | InotifyConstants.IN_MOVED_FROM
+        | InotifyConstants.IN_MOVED_TO
+        | InotifyConstants.IN_DELETE_SELF
+        | InotifyConstants.IN_ONLYDIR
+        | InotifyConstants.IN_DONT_FOLLOW  # a link is never followed
+    )
+    _HAVE_INOTIFY = hasattr(InotifyFD, "get_instance") and hasattr(InotifyFD, "add_callback")
+except ImportError:  # not Linux
+    _HAVE_INOTIFY = False
+
+
+class _DirCallback:
+    """watchdog's WatchCallback for one directory: calls `on_change(created)` for each event in it."""
+
+    def __init__(self, on_change: Callable[[bool], None], gone: Callable[[], object]) -> None:
+        self.on_change, self.gone = on_change, gone
+
+    def on_event(self, event: InotifyEvent) -> None:
+        self.on_change(not event.is_modify)
+
+    def on_watch_deleted(self, wd: object) -> None:
+        self.gone()  # the directory was removed (or moved away): a new one of that name is watched anew
+        self.on_change(True)
+
+    def on_queue_overflow(self) -> None:
+        self.on_change(True)  # events were lost: look at everything
+
+
+class DirWatch:
+    """Watches exactly the directories added, not what is below them, all through one inotify instance
+    and one thread (watchdog's shared InotifyFD): no thread per directory, and no events from the
+    directories left out. `DirWatch.available()` is False where there is no inotify.
+
+    `add(path, on_change)` calls `on_change(created)` on watchdog's thread for every file created,
+    modified, moved or removed in `path` (`created`: anything but a modification).
+    """
+
+    @staticmethod
+    def available() -> bool:
+        return _HAVE_INOTIFY
+
+    def __init__(self) -> None:
+        self._fd = InotifyFD.get_instance()
+        self._watches: dict[str, tuple[object, _DirCallback]] = {}
+
+    def add(self, path: str, on_change: Callable[[bool], None]) -> bool:
+        """Watch `path`; False if it is gone (or not a directory)."""
+        if path in self._watches:
+            return True
+        cb = _DirCallback(on_change, lambda: self._watches.pop(path, None))
+        try:
+            wd = self._fd.add_callback(os.fsencode(path), Mask(_DIR_MASK), cb, CallbackId(id(cb)))
+        except OSError as e:
+            log.debug("watch %s: %s", path, e)
+            return False
+        self._watches[path] = (wd, cb)
+        return True
+
+    def close(self) -> None:
+        watches, self._watches = self._watches, {}
+        try:
+            self._fd.remove_callbacks([(wd, CallbackId(id(cb))) for wd, cb in watches.values()])  # type: ignore[misc]
+        except OSError as e:  # directories may be gone
+            log.debug("unwatch: %s", e)

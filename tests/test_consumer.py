@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import sej
+import sej.watch
 from sej.layout import reader_offset_path
 from sej.offset import read_offset_file
 from testing.timing import scaled, wait_until
@@ -123,7 +124,18 @@ def test_positions_lag_and_seek(tmp_path: Path) -> None:
         assert all(v.messages == 0 and v.bytes == 0 for v in c.lag().values())
 
 
-def test_follows_new_data_and_new_journals(tmp_path: Path) -> None:
+@pytest.fixture(params=["dirs", "recursive"])
+def watch_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The consumer's two ways of watching a root: the directories that matter through inotify (on
+    Linux), or one recursive watchdog watch (elsewhere; chosen here by hiding inotify)."""
+    if request.param == "recursive":
+        monkeypatch.setattr(sej.watch.DirWatch, "available", staticmethod(lambda: False))
+    else:
+        assert sej.watch.DirWatch.available(), "inotify through watchdog is not available on this Linux"
+    return str(request.param)
+
+
+def test_follows_new_data_and_new_journals(tmp_path: Path, watch_mode: str) -> None:
     root = tmp_path / "root"
     write_root(root, 2, 10)
     got: list[sej.ShardMessage] = []
@@ -194,10 +206,12 @@ def test_one_process_follows_a_thousand_journals(tmp_path: Path) -> None:
         return n
 
     before_fds, before_inotify = len(os.listdir("/proc/self/fd")), inotify_instances()
+    before_threads = threading.active_count()
     with sej.Consumer(root, "app", timeout=0) as c:
         seen = sum(1 for _ in c)
         fds = len(os.listdir("/proc/self/fd")) - before_fds
         inotify = inotify_instances() - before_inotify
+        threads = threading.active_count() - before_threads
         with sej.Writer(root / "ev.a.07b") as w:
             w.append(b"followed")
         c.timeout = scaled(30)
@@ -206,6 +220,7 @@ def test_one_process_follows_a_thousand_journals(tmp_path: Path) -> None:
     assert seen == 1000
     assert inotify <= 1, f"{inotify} inotify instances for one root"
     assert fds <= 2 * 1000 + 16, f"{fds} descriptors for 1,000 journals"
+    assert threads <= 8, f"{threads} threads to watch 1,000 journals"
 
 
 CONSUMER = r"""

@@ -1,8 +1,9 @@
 """A consumer over a journal, a sharded root or a hub root: every journal's messages, batched commits.
 
-One recursive file-system watch covers the whole root (one inotify instance, however
-many journals), and marks which journals changed; each journal is read by a Scanner
-that never waits itself (timeout 0). Positions are kept per journal in
+The root is watched through one inotify instance and one thread, however many journals:
+on Linux only the directories that matter (sej.watch.DirWatch: the root, the directories
+in it, each journal's jnl/), elsewhere one recursive watch. The watch marks which journals
+changed; each journal is read by a Scanner that never waits itself (timeout 0). Positions are kept per journal in
 `ofs/<reader>.ofs` under the reader's lock, committed in batches: every `commit_every`
 consumed messages, every `commit_interval` seconds, on `commit()` and on `close()`.
 
@@ -40,11 +41,11 @@ from watchdog.events import (
 from ..errors import ClosedError, InvalidArgumentError, LockedError
 from ..fsutil import allow_open_files
 from ..journal import bytes_from, first_offset, next_offset, offset_at_time
-from ..layout import check_reader_name, journal_path
+from ..layout import check_reader_name, journal_path, segment_dir
 from ..offset import Offset
 from ..scanner import Scanner
 from ..timestamps import to_ns
-from ..watch import Subscription
+from ..watch import DirWatch, Subscription
 from .group import GROUPS_DIR, Membership, share
 from .root import Journal, ShardMessage, find_journals, is_journal
 
@@ -56,7 +57,7 @@ SWEEP = 1.0
 """Seconds between looks at every journal, in case a file event was missed (a journal created
 faster than its watch was added)."""
 
-COMMIT_THREADS = 16
+COMMIT_THREADS = 4
 """Threads that write offset files at once when a commit covers many journals (an fsync each)."""
 
 BACKGROUND_COMMIT = 16
@@ -145,7 +146,13 @@ def _start_offset(path: str, committed: int, start: object) -> int:
 
 
 class _RootEvents(FileSystemEventHandler):
-    """Which journals changed, from the root's recursive watch (runs on watchdog's thread)."""
+    """Which journals changed, from the watches of the root (runs on watchdog's thread).
+
+    With inotify (DirWatch), only the directories that matter are watched: the root and the
+    directories in it (journals appearing), each journal's jnl/ (messages and segments), and a
+    group's member directory. Elsewhere one recursive watch covers the root, and the events of the
+    rest (offset commits, index writes) are dropped here.
+    """
 
     def __init__(self, root: str, lone: bool) -> None:
         super().__init__()
@@ -169,16 +176,26 @@ class _RootEvents(FileSystemEventHandler):
             name, inside = parts[0], parts[1:]
         if inside and inside[0] in ("ofs", "idx"):
             return  # offset commits (ours too) and index writes: no new messages
-        if GROUPS_DIR in (name, *inside[:1]):
-            if event.event_type in ("created", "moved", "deleted"):  # a member joined or left: rebalance now
-                with self.lock:
-                    self.rescan = True
-                self._wake()
-            return
         created = event.event_type in ("created", "moved", "deleted")
+        if GROUPS_DIR in (name, *inside[:1]):
+            if created:  # a member joined or left: rebalance now
+                self.root_changed(True)
+            return
+        if not inside or inside == ["jnl"]:
+            self.root_changed(created)
+        self.journal_changed(name, created)
+
+    def root_changed(self, created: bool) -> None:
+        """Something was created, moved or removed in the root, a journal directory or the member
+        directory: look for journals again."""
+        if created:
+            with self.lock:
+                self.rescan = True
+            self._wake()
+
+    def journal_changed(self, name: str, created: bool) -> None:
+        """A segment of journal `name` was written (or `created`, moved, removed)."""
         with self.lock:
-            if not inside or inside == ["jnl"]:
-                self.rescan = self.rescan or created
             if created:
                 self.new_segments.add(name)
             self.changed.add(name)
@@ -271,6 +288,7 @@ class Consumer:
         self._batch = max(1, commit_every // 2) if commit_every > 1 else 1  # messages between batch commits
         self._events = _RootEvents(self.root, is_journal(self.root))
         self._sub: Subscription | None = None
+        self._dirs: DirWatch | None = None
         self._on_assign, self._on_revoke = on_assign, on_revoke
         self._group: Membership | None = None
         try:
@@ -280,7 +298,11 @@ class Consumer:
             # Watched only now: opening the journals (reader locks, offset directories) makes thousands of
             # events the watch would have to wade through before the first new message. Every journal is
             # queued, so what was written meanwhile is read all the same.
-            self._sub = Subscription(self.root, self._events, recursive=True, event_filter=CHANGES)
+            if DirWatch.available():
+                self._dirs = DirWatch()
+                self._watch()
+            else:
+                self._sub = Subscription(self.root, self._events, recursive=True, event_filter=CHANGES)
         except BaseException:
             self.close()
             raise
@@ -321,6 +343,28 @@ class Consumer:
         self._order.append(m.name)
         m.ready = False
         self._queue(m)
+        if self._dirs is not None:
+            self._watch_journal(m.name, m.path)
+
+    def _watch(self) -> None:
+        """Watch the root, the directories in it and the journals' jnl/ (DirWatch only)."""
+        assert self._dirs is not None
+        ev = self._events
+        self._dirs.add(self.root, ev.root_changed)
+        if self._group is not None:
+            self._dirs.add(self._group.dir, ev.root_changed)
+        if not ev.lone:
+            with os.scandir(self.root) as entries:  # a journal still being created: its jnl/ appearing
+                for e in entries:
+                    if e.is_dir(follow_symlinks=False) and e.name not in self._members:
+                        self._dirs.add(e.path, ev.root_changed)
+        for m in self._members.values():
+            self._watch_journal(m.name, m.path)
+
+    def _watch_journal(self, name: str, path: str) -> None:
+        assert self._dirs is not None
+        events = self._events
+        self._dirs.add(segment_dir(path), lambda created: events.journal_changed(name, created))
 
     def _rebalance(self, journals: list[Journal]) -> None:
         """Hold this member's share of the journals: give up the ones over it, take free ones under it."""
@@ -393,6 +437,8 @@ class Consumer:
             rescan = True
         if rescan:
             self._discover()
+            if self._dirs is not None:
+                self._watch()
         for name in changed:
             m = self._members.get(name)
             if m is not None:
@@ -620,6 +666,9 @@ class Consumer:
             if self._sub is not None:
                 self._sub.close()
                 self._sub = None
+            if self._dirs is not None:
+                self._dirs.close()
+                self._dirs = None
             for m in self._members.values():
                 m.close()
             for pool in (self._committer, self._pool):
