@@ -171,9 +171,11 @@ def bench_consumer(cfg: Config, scratch: Path) -> list[Result]:
                 f"scanners {fmt_list(bare_t)}.",
                 f"Latency: {len(lat)} messages after {cfg.follow_warmup} of warm-up, with the default commits "
                 "(every 1,000 messages: over 1,000 journals each one writes hundreds of offset files, on a "
-                "committer thread) and without: the difference is the commits. Not proven yet, the likely "
-                "cause: their offset files are written under the root the consumer watches, and their file events "
-                "(several per offset file) queue up in the watch ahead of the events of new messages.",
+                "committer thread) and without: the difference is the commits. The watch no longer sees them "
+                "(it watches only jnl/ directories); what is left is most likely the commit threads (4, two "
+                "fsyncs per offset file) taking the GIL between their system calls while a message waits. "
+                "A syncfs per commit instead of fsyncs measured p99 9-19 ms, but it flushes every writer's "
+                "dirty data on the file system too (the throughput run fell to 0.17x), so it was not kept.",
             ],
             rows[0],
         )
