@@ -6,6 +6,7 @@ import os
 import random
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 import xxhash
@@ -307,3 +308,19 @@ def test_merged_scan_orders_shards_by_timestamp(tmp_path) -> None:
     assert merged[0].message.value == b"none"
     assert [int(x.message.value) for x in merged[1:]] == list(range(500))
     assert {x.journal for x in merged} == {j.name for j in find_journals(root)}
+
+
+def test_links_under_a_root_are_not_journals(tmp_path: Path) -> None:
+    """A link to a journal directory, or a jnl/ that is a link, is never followed into."""
+    elsewhere = tmp_path / "elsewhere"
+    with sej.Writer(elsewhere / "j") as w:
+        w.append(b"secret")
+    root = tmp_path / "root"
+    with sej.Writer(root / "ev.1.000") as w:
+        w.append(b"x")
+    os.symlink(elsewhere / "j", root / "ev.1.001")
+    (root / "ev.1.002").mkdir()
+    os.symlink(elsewhere / "j" / "jnl", root / "ev.1.002" / "jnl")
+    assert [j.name for j in sej.shard.find_journals(root)] == ["ev.1.000"]
+    with sej.Consumer(root, None, follow=False) as c:
+        assert [m.message.value for m in c] == [b"x"]

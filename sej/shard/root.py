@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import heapq
 import os
+import stat
 from collections.abc import Iterable, Iterator, Sequence
 from typing import NamedTuple
 
@@ -30,8 +31,11 @@ class Journal(NamedTuple):
 
 
 def is_journal(path: str) -> bool:
-    """Whether `path` is a journal directory (it has a jnl/ directory)."""
-    return os.path.isdir(segment_dir(path))
+    """Whether `path` is a journal directory: it has a jnl/ directory (a real one, not a link)."""
+    try:
+        return stat.S_ISDIR(os.lstat(segment_dir(path)).st_mode)
+    except OSError:
+        return False
 
 
 def list_shards(root: str | os.PathLike[str], prefix: str | None = None) -> list[Shard]:
@@ -62,7 +66,8 @@ def list_shards(root: str | os.PathLike[str], prefix: str | None = None) -> list
 def find_journals(path: str | os.PathLike[str]) -> list[Journal]:
     """The journals at `path`: the path itself if it is a journal, else every journal directly under it.
 
-    Covers a plain journal, a sharded root and a hub root (`<client-id>.<shard>` directories).
+    Covers a plain journal, a sharded root and a hub root (`<client-id>.<shard>` directories). Links
+    under `path` (to a journal, or a jnl/ that is one) are not journals: they are never followed.
     """
     p = journal_path(path)
     if not os.path.isdir(p):
@@ -72,7 +77,7 @@ def find_journals(path: str | os.PathLike[str]) -> list[Journal]:
     found = []
     with os.scandir(p) as entries:
         for entry in entries:
-            if entry.is_dir() and is_journal(entry.path):
+            if entry.is_dir(follow_symlinks=False) and is_journal(entry.path):  # links are never followed
                 found.append(Journal(entry.name, entry.path))
     found.sort()
     return found
