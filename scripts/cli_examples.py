@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import msgpack
@@ -65,21 +66,30 @@ class Session:
                            cwd=self.cwd, env=self.env, timeout=60)  # fmt: skip
         return f"```text\n{p.stdout}```\n\n"
 
-    def follow(self) -> str:
-        """`sej tail -f`: start it, append two messages from another process, then Ctrl-C."""
-        args = ["tail", "events", "-n", "1", "-f"]
+    def interrupt(self, args: list[str], *steps: tuple[int, Callable[[], object]]) -> str:
+        """Start `sej ARGS`; for each step, read that many lines and then do its action; then Ctrl-C it."""
         p = subprocess.Popen([sys.executable, "-m", "sej.apps.cli", *args], cwd=self.cwd, env=self.env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
         assert p.stdout is not None
-        lines = [p.stdout.readline()]
-        with sej.Writer(os.path.join(self.cwd, "events")) as w:
-            for i, v in enumerate((b'{"event": "login", "user": "ann"}', b'{"event": "logout", "user": "ann"}')):
-                w.append(v, key=b"ann", type=1, timestamp=T0 + (20 + i) * MIN)
-        lines += [p.stdout.readline(), p.stdout.readline()]
-        time.sleep(0.2)
+        lines = []
+        for n, action in steps:
+            lines += [p.stdout.readline() for _ in range(n)]
+            action()
         p.send_signal(signal.SIGINT)
         out, err = p.communicate(timeout=20)
-        return self.block(args, "".join(lines) + out + err + "^C\n", p.returncode)
+        if p.returncode != 130 or "Traceback" in err:
+            raise SystemExit(f"sej {' '.join(args)}: exit {p.returncode} on Ctrl-C, expected 130\n{out}{err}")
+        return self.block(args, "".join(lines) + out + "^C\n" + err.strip(), p.returncode)
+
+    def append(self, journal: str, *values: bytes, minute: int = 20) -> Callable[[], None]:
+        """An action: another process appends `values` to `journal` (a journal directory, new or not)."""
+
+        def action() -> None:
+            with sej.Writer(os.path.join(self.cwd, journal)) as w:
+                for i, v in enumerate(values):
+                    w.append(v, key=b"ann", type=1, timestamp=T0 + (minute + i) * MIN)
+
+        return action
 
 
 def _quote(a: str) -> str:
@@ -148,7 +158,8 @@ def page(s: Session, dir: str) -> str:
         "**This page is generated** by `python3 scripts/cli_examples.py`: it builds a small example "
         "journal (`events`, 12 messages in 400-byte segments, readers `billing` and `audit`; the `tail -f` "
         "example appends two more), a sharded "
-        "root (`shards`, `ev.1.000` and `ev.1.001`) and a damaged copy (`damaged`) in a temporary "
+        "root (`shards`, `ev.1.000` and `ev.1.001`; the `scan -f` examples read a copy, `feed`) and a damaged "
+        "copy (`damaged`) in a temporary "
         "directory, runs each command below there with `python -m sej.apps.cli` (the same code as the "
         "`sej` console script) and copies the command line, its output and its exit code here. "
         "Nothing below was typed by hand.\n\n"
@@ -167,12 +178,14 @@ def page(s: Session, dir: str) -> str:
     add("### Exit codes\n\n")
     add(
         "| code | meaning |\n|---|---|\n"
-        "| 0 | fine (also `tail -f` stopped with Ctrl-C, and a closed stdout pipe, as in `sej scan DIR \\| head`) |\n"
+        "| 0 | fine (also a closed stdout pipe, as in `sej scan DIR \\| head`) |\n"
         "| 1 | problems found: corruption, a lock held by another process, `verify` problems, a value "
         "that is not msgpack under `--format msgpack`, I/O errors |\n"
         "| 2 | usage errors: bad options, a missing path, a path that is not a journal or segment file, "
         "a bad time string, an offset outside the journal |\n"
-        "| 130 | interrupted with Ctrl-C (other than `tail -f`) |\n\n"
+        "| 130 | interrupted with Ctrl-C, at any moment: also `scan -f` and `tail -f`, which run until then, "
+        "and while the program starts |\n"
+        "| 143 | `scan -f` or `scan --reader` ended by SIGTERM (after committing what was printed) |\n\n"
         "Errors go to stderr as one line, `sej: error: ...`, never a traceback; `sej --debug COMMAND ...` "
         "shows the traceback of an unexpected error.\n\n"
     )
@@ -224,6 +237,39 @@ def page(s: Session, dir: str) -> str:
     add(s.run("scan", "events", "--type", "1", "--from", "8", "--format", "raw"))
     add(s.run("scan", "shards", "--start", str(T0 + 5 * 10**9)))
     add(s.run("scan", "events", "--start", "2024-04-05T19:40:00Z", "--count"))
+    add(
+        "`-c N` stops after N messages (with `--count`, counts at most N). `--from` also takes `-N` (the last N "
+        "messages of each journal), `earliest` (the default) and `latest` (nothing there now: for `-f`), as "
+        "kcat's `-o`:\n\n"
+    )
+    add(s.run("scan", "events", "-c", "2", "--format", "hex"))
+    add(s.run("scan", "shards", "--from", "-1", "--format", "hex"))
+    add("#### Following (`-f`) and reading as a reader (`--reader`)\n\n")
+    add(
+        "With `-f`, scan prints what is there, then new messages as they come, until Ctrl-C (exit 130); on a "
+        "root, also those of journals created meanwhile (from their first message). With `-f` or `--reader` "
+        "the messages come in the order they are read (each journal in offset order, the journals in turns), "
+        "not merged by timestamp, and every line of a root names its journal. `--end` and `--count` do not go "
+        "with `-f`; `--start`, `--from`, `--type` and `--format` do. Here another process appends to "
+        "`ev.1.001`, then creates the journal `late.1.000`:\n\n"
+    )
+    shutil.copytree(os.path.join(dir, "shards"), os.path.join(dir, "feed"))
+    add(s.interrupt(["scan", "feed", "-f", "--from", "-1", "--format", "hex"],
+                    (2, s.append("feed/ev.1.001", b"new in ev.1.001")),
+                    (1, s.append("feed/late.1.000", b"first of late.1.000")), (1, lambda: None)))  # fmt: skip
+    add(
+        "`--reader NAME` starts each journal at the reader's committed offset (its first offset if none) and "
+        "commits one past the last message printed (or left out by `--type`): every 1000 messages or 5 s, at the "
+        "end, and on Ctrl-C and SIGTERM too, as `kcat -G`. A restart goes on from there: Ctrl-C and SIGTERM "
+        "replay nothing, a crash replays at most what was printed since the last commit, and nothing is ever "
+        "skipped. Without `-f` it reads to the end. `--from`, `--start` and `--end` do not go with it (`sej "
+        "reset` moves the reader), and a reader in use by another process is an error (exit 1).\n\n"
+    )
+    add(s.run("scan", "feed", "--reader", "audit", "-c", "3", "--format", "hex"))
+    add(s.run("offset", "feed", "--reader", "audit"))
+    add(s.interrupt(["scan", "feed", "-f", "--reader", "audit", "--format", "hex"], (7, lambda: None)))
+    add(s.run("offset", "feed", "--reader", "audit"))
+    add(s.run("scan", "feed", "--reader", "audit", "--from", "2", expect=2))
     add(s.help("count"))
     add(s.run("count", "events", "--type", "2"))
     add(s.run("count", "shards"))
@@ -232,8 +278,12 @@ def page(s: Session, dir: str) -> str:
     add(s.help("tail"))
     add(s.run("tail", "events", "-n", "2"))
     add(s.run("tail", "shards", "-n", "1", "--format", "hex"))
-    add("With `-f`, after the last messages it waits for new ones (here appended by another process) until Ctrl-C:\n\n")
-    add(s.follow())
+    add(
+        "With `-f`, after the last messages it waits for new ones (here appended by another process) until "
+        "Ctrl-C (exit 130):\n\n"
+    )
+    login, logout = b'{"event": "login", "user": "ann"}', b'{"event": "logout", "user": "ann"}'
+    add(s.interrupt(["tail", "events", "-n", "1", "-f"], (1, s.append("events", login, logout)), (2, lambda: None)))
     add(s.run("tail", "shards", "-f", expect=2))
 
     add("### `sej offset`\n\n")
@@ -241,10 +291,27 @@ def page(s: Session, dir: str) -> str:
     add(s.run("offset", "events"))
     add(s.run("offset", "shards"))
     add(s.run("offset", "shards", "--reader", "spark-daily"))
+    add(
+        "`--json` prints the same for a journal and for a root: a list of journal rows (one row for a journal, "
+        'whose `journal` is `""`). The `--reader` summary line is the table\'s only; the rows hold what it '
+        "sums up.\n\n"
+    )
+    add(s.run("offset", "events", "--json"))
+    add(s.run("offset", "shards", "--json", "--reader", "spark-daily"))
 
     add("### `sej reset`\n\n")
     add(s.help("reset"))
+    add(
+        "Exactly one of `--offset`, `--time`, `--to-earliest`, `--to-latest` and `--shift-by N` (as "
+        "kafka-consumer-groups' `--reset-offsets`), and nothing changes without `--yes`. On a root each journal "
+        "gets its own offset. `--shift-by` moves from the committed offset (the first one if none); a result "
+        "outside a journal's offsets is clamped to them, and the NOTE column says so.\n\n"
+    )
     add(s.run("reset", "events", "--reader", "audit", "--time", "2024-04-05T19:40:00Z"))
+    add(s.run("reset", "events", "--reader", "audit", "--to-earliest"))
+    add(s.run("reset", "events", "--reader", "audit", "--shift-by", "-6"))
+    add(s.run("reset", "shards", "--reader", "spark-daily", "--shift-by", "3"))
+    add(s.run("reset", "shards", "--reader", "spark-daily", "--to-latest"))
     add(s.run("reset", "events", "--reader", "audit", "--offset", "6", "--yes"))
     add(s.run("reset", "events", "--reader", "audit", "--offset", "99", expect=2))
 

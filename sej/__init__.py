@@ -1,35 +1,81 @@
 """sej: segmented journals, a durable file-based message log byte-compatible with h12.io/sej.
 
 The public API; see README.md and docs/ for the format and the guarantees.
+
+The names below are loaded on first use (PEP 562), so that importing `sej` itself costs
+nothing: the console scripts import their entry module (sej.apps.entry) through this
+package, and until that module runs, Ctrl-C would end them with a traceback.
 """
 
 from __future__ import annotations
 
-from .errors import (
-    ChecksumError,
-    ClosedError,
-    CorruptionError,
-    CorruptionWarning,
-    DataLossError,
-    FrameError,
-    InvalidArgumentError,
-    LockedError,
-    LockLostError,
-    OffsetOutOfRangeError,
-    SejError,
-    SyncError,
-    TruncatedError,
-    UnsafeFileError,
-)
-from .journal import first_offset, last_messages, next_offset, offset_at_time
-from .layout import Segment, list_readers, list_segments
-from .message import NO_TIMESTAMP, Message, decode, encode, encode_message
-from .offset import Offset
-from .scanner import Scanner
-from .shard import Consumer, ShardedWriter, ShardOffset, find_journals, list_shards
-from .writer import Writer
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    from .errors import (
+        ChecksumError,
+        ClosedError,
+        CorruptionError,
+        CorruptionWarning,
+        DataLossError,
+        FrameError,
+        InvalidArgumentError,
+        LockedError,
+        LockLostError,
+        OffsetOutOfRangeError,
+        SejError,
+        SyncError,
+        TruncatedError,
+        UnsafeFileError,
+    )
+    from .journal import first_offset, last_messages, next_offset, offset_at_time
+    from .layout import Segment, list_readers, list_segments
+    from .message import NO_TIMESTAMP, Message, decode, encode, encode_message
+    from .offset import Offset
+    from .scanner import Scanner
+    from .shard import Consumer, ShardedWriter, ShardOffset, find_journals, list_shards
+    from .writer import Writer
 
 __version__ = "0.1.0"
+
+_WHERE = {
+    **dict.fromkeys(
+        ["ChecksumError", "ClosedError", "CorruptionError", "CorruptionWarning", "DataLossError", "FrameError",
+         "InvalidArgumentError", "LockedError", "LockLostError", "OffsetOutOfRangeError", "SejError", "SyncError",
+         "TruncatedError", "UnsafeFileError"],
+        "errors",
+    ),
+    **dict.fromkeys(["first_offset", "last_messages", "next_offset", "offset_at_time"], "journal"),
+    **dict.fromkeys(["Segment", "list_readers", "list_segments"], "layout"),
+    **dict.fromkeys(["NO_TIMESTAMP", "Message", "decode", "encode", "encode_message"], "message"),
+    "Offset": "offset",
+    "Scanner": "scanner",
+    **dict.fromkeys(["Consumer", "ShardedWriter", "ShardOffset", "find_journals", "list_shards"], "shard"),
+    "Writer": "writer",
+}  # fmt: skip
+"""Each public name and the module (under sej) it comes from."""
+
+
+def __getattr__(name: str) -> object:
+    """A public name, loaded on first use; or a submodule (`sej.offset` after `import sej`, as before)."""
+    import importlib
+
+    module = _WHERE.get(name)
+    if module is not None:
+        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+        globals()[name] = value
+        return value
+    if name.isidentifier() and not name.startswith("__"):
+        try:
+            return importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as e:
+            if e.name != f"{__name__}.{name}":
+                raise
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_WHERE})
+
 
 __all__ = [
     "Consumer",

@@ -532,8 +532,8 @@ def test_run_forever_copies_new_data_continuously(tmp_path: Path, forever: Forev
 
 def test_console_script_is_declared() -> None:
     cfg = (REPO / "setup.cfg").read_text()
-    assert "sej-hub = sej.apps.hub:main" in cfg
-    assert "sej = sej.apps.cli.main:main" in cfg and "sej-pipeline = sej.apps.pipeline:main" in cfg
+    assert "sej-hub = sej.apps.entry:hub" in cfg
+    assert "sej = sej.apps.entry:sej" in cfg and "sej-pipeline = sej.apps.entry:pipeline" in cfg
 
 
 def test_sej_hub_once_in_a_subprocess(tmp_path: Path, src: Path) -> None:

@@ -97,9 +97,10 @@ _NULL_HANDLER = logging.NullHandler()
 
 
 def quiet_library_logs(quiet: bool) -> None:
-    """Keep the library's log records (recovery's warning) and paramiko's (its transport thread logs the
-    error a connection died of, with a traceback) off stderr: the commands report for themselves."""
-    for name in ("sej", "paramiko"):
+    """Keep the library's log records (recovery's warning), paramiko's (its transport thread logs the
+    error a connection died of, with a traceback) and watchdog's (an error when a watch is removed while
+    its thread reads, harmless: on exit of `sej scan -f`) off stderr: the commands report for themselves."""
+    for name in ("sej", "paramiko", "watchdog"):
         logger = logging.getLogger(name)
         if quiet and _NULL_HANDLER not in logger.handlers:
             logger.addHandler(_NULL_HANDLER)

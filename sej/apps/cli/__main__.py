@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .main import main
+from ..entry import run
 
 if __name__ == "__main__":
-    main()
+    run("sej.apps.cli.main")

@@ -22,7 +22,8 @@ from .timeparse import TIME
 @click.command("offset", short_help="First and next offset, readers' committed offsets and lag.")
 @click.argument("dir", type=click.Path(path_type=str))
 @click.option("--reader", "only", metavar="NAME", help="Only this reader, with its lag summed up over the journals.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print a JSON list of journal rows instead of a table (one row for a journal).")  # fmt: skip
 def offset_cmd(dir: str, only: str | None, as_json: bool) -> int:
     """First and next offset of DIR, and each reader's committed offset and lag.
 
@@ -32,6 +33,11 @@ def offset_cmd(dir: str, only: str | None, as_json: bool) -> int:
     journals, a last line gives the reader's lag over them: min, average and
     max, in messages and in bytes (what a Spark query's progress would show as
     offsets behind latest; its reader is spark-<queryName>).
+
+    --json prints the same for a journal and for a root: a list of journal
+    rows (journal, path, first_offset, next_offset, readers: name, committed,
+    lag, lag_bytes), one row for a journal (its journal name is ""). The
+    summary line is the table's only: the rows hold what it sums up.
     """
     if only is not None:
         try:
@@ -78,10 +84,7 @@ def offset_cmd(dir: str, only: str | None, as_json: bool) -> int:
         docs.append(doc)
     summary = _lag_summary(only, len(journals), lags) if only is not None and several else None
     if as_json:
-        out: dict[str, Any] = {"journals": docs} if several else docs[0] if docs else {}
-        if summary is not None:
-            out["summary"] = summary
-        click.echo(json.dumps(out))
+        click.echo(json.dumps(docs))
     else:
         headers = ["FIRST", "NEXT", "READER", "COMMITTED", "LAG", "LAG BYTES"]
         click.echo(table(["JOURNAL", *headers] if several else headers, rows))
@@ -119,16 +122,29 @@ def _lag_summary(reader: str, journals: int, lags: list[tuple[int, int]]) -> dic
 @click.option("--reader", required=True, metavar="NAME", help="The reader whose offset to set.")
 @click.option("--offset", "to_offset", type=click.IntRange(min=0), help="The new offset (the next one to read).")
 @click.option("--time", "to_time", type=TIME, help="The offset of the first message at or after this time.")
+@click.option("--to-earliest", is_flag=True, help="Each journal's first offset: read everything again.")
+@click.option("--to-latest", is_flag=True, help="Each journal's next offset: skip everything there now.")
+@click.option("--shift-by", type=int, metavar="N",
+              help="Move the committed offset by N (negative: back), within each journal's offsets.")  # fmt: skip
 @click.option("--yes", is_flag=True, help="Commit it (without --yes nothing changes).")
-def reset(dir: str, reader: str, to_offset: int | None, to_time: int | None, yes: bool) -> None:
+def reset(dir: str, reader: str, to_offset: int | None, to_time: int | None, to_earliest: bool, to_latest: bool,
+          shift_by: int | None, yes: bool) -> None:  # fmt: skip
     """Show, and with --yes commit, a new committed offset for a reader of DIR.
 
-    With --time on a root of several journals, each journal's reader gets its
-    own offset for that time. The commit goes through the reader's lock: a
-    reader in use by a running process is an error (exit 1).
+    Give exactly one of --offset, --time, --to-earliest, --to-latest and
+    --shift-by. On a root of several journals, each journal's reader gets its
+    own offset (--offset needs one journal). --shift-by moves from the
+    committed offset (the first one if none), and a result outside the
+    journal's offsets is clamped to them (and shown so). The commit goes through
+    the reader's lock: a reader in use by a running process is an error
+    (exit 1).
     """
-    if (to_offset is None) == (to_time is None):
-        raise usage("give exactly one of --offset and --time")
+    ways = {"--offset": to_offset, "--time": to_time, "--to-earliest": to_earliest or None,
+            "--to-latest": to_latest or None, "--shift-by": shift_by}  # fmt: skip
+    chosen = [name for name, value in ways.items() if value is not None]
+    if len(chosen) != 1:
+        given = f" (got {' and '.join(chosen)})" if chosen else ""
+        raise usage(f"give exactly one of --offset, --time, --to-earliest, --to-latest and --shift-by{given}")
     try:
         check_reader_name(reader)
     except InvalidArgumentError as e:
@@ -148,20 +164,38 @@ def reset(dir: str, reader: str, to_offset: int | None, to_time: int | None, yes
         plans = []
         for j in journals:
             first, nxt = first_offset(j.path), next_offset(j.path)
-            new = to_offset if to_offset is not None else offset_at_time(j.path, to_time)  # type: ignore[arg-type]
-            if not first <= new <= nxt:
-                raise usage(f"--offset {new} is outside {j.path}, which holds offsets {first} to {nxt} (next)")
             current = read_offset_file(reader_offset_path(j.path, reader))
-            plans.append((j, current, new, nxt))
+            note = None
+            if to_offset is not None:
+                if not first <= to_offset <= nxt:
+                    raise usage(
+                        f"--offset {to_offset} is outside {j.path}, which holds offsets {first} to {nxt} (next)"
+                    )
+                new = to_offset
+            elif to_time is not None:
+                new = offset_at_time(j.path, to_time)
+            elif to_earliest:
+                new = first
+            elif to_latest:
+                new = nxt
+            else:
+                assert shift_by is not None
+                wanted = (first if current is None else current) + shift_by
+                new = min(max(wanted, first), nxt)
+                if new != wanted:
+                    note = f"clamped from {wanted} to the {'first' if new == first else 'next'} offset"
+            plans.append((j, current, new, nxt, note))
         lead_headers = ["JOURNAL"] if several else []
-        rows = [[*([label(j, several)] if several else []), reader, "none" if cur is None else cur, new, nxt - new]
-                for j, cur, new, nxt in plans]  # fmt: skip
-        click.echo(table([*lead_headers, "READER", "CURRENT", "NEW", "LAG"], rows))
+        notes = any(note for *_, note in plans)
+        rows = [[*([label(j, several)] if several else []), reader, "none" if cur is None else cur, new, nxt - new,
+                 *([note] if notes else [])]
+                for j, cur, new, nxt, note in plans]  # fmt: skip
+        click.echo(table([*lead_headers, "READER", "CURRENT", "NEW", "LAG", *(["NOTE"] if notes else [])], rows))
         if to_time is not None:
             click.echo(f"(--time {format_time(to_time)})")
         if not yes:
             click.echo("dry run: nothing changed; add --yes to commit")
             return
-        for j, _cur, new, _nxt in plans:
+        for j, _cur, new, _nxt, _note in plans:
             offsets[j.path].commit(new)
         click.echo(f"committed {len(plans)} offset{'s' if len(plans) != 1 else ''}")
