@@ -31,6 +31,10 @@ OFFSET_DIR = "ofs"
 WRITER_LOCK = "jnl.lck"
 RETENTION_LOCK = "retention.lck"
 HUB_LOCK = ".hub.lck"
+HUB_STATUS_DIR = ".sej-hub"  # in a hub root: the daemon's record of each client (sej.hub.status)
+GROUPS_DIR = ".sej-groups"  # in a root: the members of each consumer group (sej.shard.group)
+OWN_DIRS = frozenset({HUB_STATUS_DIR, GROUPS_DIR})
+"""sej's own directories in a root: never journals, and not worth a warning (the hub skips them quietly)."""
 ARCHIVE_LOCK = ".archive.lck"
 SEGMENT_SUFFIX = ".jnl"
 INDEX_SUFFIX = ".idx"

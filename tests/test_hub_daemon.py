@@ -352,7 +352,11 @@ def test_run_once_copies_a_sharded_root_byte_identically(tmp_path: Path, src: Pa
     assert report.messages == 120 and sorted(o.journal for o in report.outcomes) == journals(src)
     assert len(journals(src)) == 4 and all(len(segment_files(src / j)) > 1 for j in journals(src))
     hub_root = Path(config.hub_root)
-    assert sorted(p.name for p in hub_root.iterdir() if p.is_dir()) == [f"edge-1.{j}" for j in journals(src)]
+    assert sorted(p.name for p in hub_root.iterdir() if p.is_dir()) == [
+        ".sej-hub",
+        *(f"edge-1.{j}" for j in journals(src)),
+    ]
+    assert [p.name for p in (hub_root / ".sej-hub").iterdir()] == ["edge-1.json"]  # the client's status record
     assert_identical(src, hub_root, "edge-1")
     with Hub(config) as hub:  # nothing new: nothing copied, nothing changed
         (again,) = hub.run_once()

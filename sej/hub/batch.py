@@ -60,6 +60,25 @@ class JournalOutcome(NamedTuple):
     journal: str
     result: CopyResult | None
     error: BaseException | None
+    lag_bytes: int | None = None  # bytes the source had, as the pass last saw it, that the hub lacks
+    producer_next: int | None = None  # the source's next offset as last seen: exact when lag_bytes is 0,
+    # else a lower bound (the first offset of its last segment: messages are counted only when copied)
+
+
+def seen_lag(segments: list[SourceSegment] | None, result: CopyResult | None) -> tuple[int | None, int | None]:
+    """(lag_bytes, producer_next) of a journal after its copy: the source's segments as listed or probed
+    against the hub's tail now (the hub's segments are byte copies of the source's, named alike)."""
+    if segments is None or result is None:
+        return None, None
+    lag = 0
+    producer_next = result.next_offset
+    for seg in segments:
+        if result.segment and seg.name < result.segment:
+            continue  # copied whole before the hub's last segment
+        lag += max(0, seg.size - result.size) if seg.name == result.segment else seg.size
+        if seg.name != result.segment and seg.size:
+            producer_next = max(producer_next, seg.first_offset)
+    return lag, producer_next
 
 
 class Tail(NamedTuple):
@@ -390,7 +409,7 @@ def copy_all(
                         try:
                             result = copy_journal(src, p.journal, dest_root, client_id, reader, stop, on_bytes,
                                                   destinations=destinations)  # fmt: skip
-                            return p, JournalOutcome(p.journal, result, None), src
+                            return p, JournalOutcome(p.journal, result, None, *seen_lag(p.segments, result)), src
                         except Exception as e:  # reported per journal; the others go on
                             log.error("%s", e)
                             return p, JournalOutcome(p.journal, None, e), src
@@ -439,7 +458,8 @@ def _probe(lister: Source, plans: list[_Plan], outcomes: dict[str, JournalOutcom
         if size == p.tail.size and following is None:
             t = p.tail
             outcomes[p.journal] = JournalOutcome(p.journal, CopyResult(p.journal, p.dest_dir, 0, 0, t.next_offset,
-                                                                       t.segment, t.size), None)  # fmt: skip
+                                                                       t.segment, t.size), None, 0,
+                                                 t.next_offset)  # fmt: skip
         elif isinstance(size, int) and size > p.tail.size and following is None:
             # It grew. The writer may have rolled over since (to a segment named by the offset after
             # this one's last message): copy this one, then _rolled_over looks for that name.

@@ -5,6 +5,10 @@
     poll_interval = 1.0                  # a pass starts every poll_interval seconds (forever mode)
     workers = 4                          # journals copied at once, per client
     backoff_max = 60.0                   # longest wait before retrying a failed client
+    metrics_listen = "127.0.0.1:9108"    # optional, off by default: /metrics (Prometheus) and /health
+    health_max_age = 30.0                # /health: 503 when a client's last good pass is older (default:
+                                         # the longer of 30 s and 10 poll intervals)
+    log_format = "text"                  # or "json": one JSON object per line
 
     [[client]]
     client_id = "edge-1"
@@ -50,7 +54,11 @@ _USER_RE = re.compile(r"\A[A-Za-z0-9_.][A-Za-z0-9_.$-]*\Z")
 _SECRET_KEYS = ("password", "passwd", "passphrase", "secret")
 """Keys whose values are never echoed back, in case someone tried to put a password in the file."""
 
-TOP_KEYS = ("hub_root", "hub_name", "poll_interval", "workers", "backoff_max", "client")
+TOP_KEYS = ("hub_root", "hub_name", "poll_interval", "workers", "backoff_max", "metrics_listen", "health_max_age",
+            "log_format", "client")  # fmt: skip
+LOG_FORMATS = ("text", "json")
+HEALTH_MIN_AGE = 30.0
+"""The shortest default of health_max_age (seconds); it is at least 10 poll intervals."""
 SSH_KEYS = ("host", "port", "user", "identity_file", "remote_root", "known_hosts", "accept_new_host_key")
 CLIENT_KEYS = ("client_id", "local_root", *SSH_KEYS)
 
@@ -97,7 +105,17 @@ class HubConfig:
     poll_interval: float = 1.0
     workers: int = 4
     backoff_max: float = 60.0
+    metrics_listen: tuple[str, int] | None = None  # (host, port) of /metrics and /health; None: off
+    health_max_age: float | None = None  # None: max(HEALTH_MIN_AGE, 10 * poll_interval)
+    log_format: str = "text"
     path: str | None = None  # the file it was read from
+
+    @property
+    def health_age(self) -> float:
+        """Seconds since a client's last successful pass after which /health reports it stale."""
+        if self.health_max_age is not None:
+            return self.health_max_age
+        return max(HEALTH_MIN_AGE, 10 * self.poll_interval)
 
     def client(self, client_id: str) -> ClientConfig:
         for c in self.clients:
@@ -147,6 +165,11 @@ def parse_config(data: dict[str, Any], base_dir: str | None = None, where: str =
     if not isinstance(workers, int) or isinstance(workers, bool) or not 1 <= workers <= MAX_WORKERS:
         raise _bad(where, "workers", workers, f"must be an integer from 1 to {MAX_WORKERS}")
     backoff_max = _seconds(data.get("backoff_max", 60.0), "backoff_max", where)
+    metrics_listen = None if "metrics_listen" not in data else _listen(data["metrics_listen"], where)
+    health_max_age = None if "health_max_age" not in data else _seconds(data["health_max_age"], "health_max_age", where)
+    log_format = data.get("log_format", "text")
+    if log_format not in LOG_FORMATS:
+        raise _bad(where, "log_format", log_format, f"must be one of {', '.join(map(repr, LOG_FORMATS))}")
 
     entries = data.get("client")
     if entries is None:
@@ -173,6 +196,9 @@ def parse_config(data: dict[str, Any], base_dir: str | None = None, where: str =
         poll_interval=poll_interval,
         workers=workers,
         backoff_max=backoff_max,
+        metrics_listen=metrics_listen,
+        health_max_age=health_max_age,
+        log_format=log_format,
     )
 
 
@@ -264,6 +290,19 @@ def _seconds(value: object, key: str, where: str) -> float:
     ):
         raise _bad(where, key, value, f"must be a number of seconds, more than 0 and at most {MAX_SECONDS:g}")
     return float(value)
+
+
+def _listen(value: object, where: str) -> tuple[str, int]:
+    """metrics_listen: "HOST:PORT" ("[::1]:9108" for IPv6); port 0 picks a free one (tests)."""
+    problem = 'must be "HOST:PORT", e.g. "127.0.0.1:9108"'
+    if not isinstance(value, str):
+        raise _bad(where, "metrics_listen", value, problem)
+    host, sep, port = value.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536 or not _HOST_RE.match(host):
+        raise _bad(where, "metrics_listen", value, problem)
+    return host, int(port)
 
 
 def _local_path(value: object, key: str, where: str, base: str) -> str:

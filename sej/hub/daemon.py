@@ -35,15 +35,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from ..errors import SejError
+from ..errors import ChecksumError, CorruptionError, SejError
 from ..fsutil import allow_open_files
 from ..layout import HUB_LOCK
 from ..lock import lock_file
 from .batch import CopyState, JournalOutcome, copy_all
 from .config import ClientConfig, HubConfig
-from .copy import Destinations
+from .copy import CopyError, Destinations
 from .location import Sources, open_sources, transport_errors
-from .source import CONNECT_TIMEOUT, IO_TIMEOUT, Call, Source, SourceSegment
+from .source import CONNECT_TIMEOUT, IO_TIMEOUT, Call, Source, SourceError, SourceSegment
+from .status import JournalPass, StatusBook
 
 log = logging.getLogger("sej.hub")
 
@@ -75,8 +76,30 @@ LOCK_NAME = HUB_LOCK
 """The lock file in hub_root that one hub process (sej-hub, or a cron run) holds at a time."""
 
 
+LIVENESS = 30.0
+"""Seconds a client's pass supervisor may go without looking at its pass before `Hub.alive()` says no
+(sej-hub then stops its systemd watchdog pings): it looks every SUPERVISE_INTERVAL while it lives."""
+
+
 class StalledError(SejError):
     """A call to a producer did not return within STALL_TIMEOUT (or in time after stop): the pass was left."""
+
+
+def error_kind(e: BaseException) -> str:
+    """The kind of an error, for the errors metric: checksum, corrupt, copy, stalled, source, connection, other."""
+    if isinstance(e, ChecksumError) or isinstance(e.__cause__, ChecksumError):
+        return "checksum"
+    if isinstance(e, CorruptionError) or isinstance(e.__cause__, CorruptionError):
+        return "corrupt"
+    if isinstance(e, CopyError):
+        return "copy"
+    if isinstance(e, StalledError):
+        return "stalled"
+    if isinstance(e, SourceError):
+        return "source"
+    if isinstance(e, transport_errors()):
+        return "connection"
+    return "other"
 
 
 @dataclass
@@ -106,6 +129,26 @@ class ClientReport:
     @property
     def bytes(self) -> int:
         return sum(o.result.bytes for o in self.outcomes if o.result is not None)
+
+    def journal_passes(self) -> list[JournalPass]:
+        """What the pass did for each journal, for the StatusBook."""
+        out = []
+        for o in self.outcomes:
+            r = o.result
+            if o.error is not None:
+                out.append(JournalPass(o.journal, None, None, None, 0, 0, str(o.error), error_kind(o.error)))
+            elif r is not None:
+                out.append(JournalPass(o.journal, r.next_offset, o.producer_next, o.lag_bytes, r.messages, r.bytes))
+        return out
+
+    def client_error(self) -> tuple[str, str] | None:
+        """(kind, message) when the client failed as a whole."""
+        if self.error is not None:
+            return error_kind(self.error), f"{type(self.error).__name__}: {self.error}" if not isinstance(
+                self.error, SejError) else str(self.error)  # fmt: skip
+        if self.connection_lost:
+            return "connection_lost", "the SSH connection was lost during the pass"
+        return None
 
     @property
     def failed_journals(self) -> list[JournalOutcome]:
@@ -167,6 +210,14 @@ def lock_hub(config: HubConfig) -> IO[str]:
     return lock_file(lock_path(config))
 
 
+class ClientLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """A logger whose records carry `client` (and the call's own `extra` fields) for JSON logs."""
+
+    def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
+        kwargs["extra"] = {**(self.extra or {}), **kwargs.get("extra", {})}
+        return msg, kwargs
+
+
 class _Watched:
     """A Source whose calls the client's watchdog can see (how long each has been running)."""
 
@@ -226,6 +277,7 @@ class _Client:
         self.cfg = cfg
         self.remote: Sources | None = None  # the producer's Sources over SSH: one connection, kept between passes
         self.label = cfg.describe()
+        self.log = ClientLog(log, {"client": cfg.client_id})  # JSON logs get a client field
         self.failures = 0  # failed passes in a row
         self.connects = 0  # SSH connections made (for tests and logs)
         self.skips_told: set[str] = set()  # directories under the client's root already reported as not journals
@@ -237,6 +289,8 @@ class _Client:
         self._tokens = itertools.count()
         self._stalled = threading.Event()  # set by the watchdog: the pass under way is stuck in a call
         self._pass: threading.Thread | None = None  # the last pass started (alive: running, or abandoned)
+        self.attempted = threading.Event()  # the first connection attempt was made (or a local client's pass ran)
+        self.beat: float | None = None  # monotonic time run_pass_bounded last looked at its pass; None outside
 
     @contextmanager
     def call(self) -> Iterator[None]:
@@ -260,7 +314,7 @@ class _Client:
         if oldest is None or self._stalled.is_set() or time.monotonic() - oldest <= limit:
             return False
         remote = self.remote
-        log.error(
+        self.log.error(
             "client %s: a call to %s has not returned for %.0fs; %s",
             self.cfg.client_id,
             self.label,
@@ -272,7 +326,7 @@ class _Client:
             try:
                 remote.close()
             except Exception as e:
-                log.debug("client %s: closing the stalled connection: %s", self.cfg.client_id, e)
+                self.log.debug("client %s: closing the stalled connection: %s", self.cfg.client_id, e)
         return True
 
     def run_pass_bounded(self, stop: threading.Event, level: int = logging.INFO) -> ClientReport:
@@ -287,7 +341,7 @@ class _Client:
         busy = self._pass
         if busy is not None and busy.is_alive():
             err = StalledError(f"a call to {self.label} from an earlier pass has still not returned")
-            log.error("client %s: %s; not starting another pass", cid, err)
+            self.log.error("client %s: %s; not starting another pass", cid, err)
             return ClientReport(cid, error=err)
         self._stalled.clear()
         box: list[ClientReport] = []
@@ -296,11 +350,19 @@ class _Client:
             try:
                 box.append(self.run_pass(stop, level))
             except BaseException as e:  # run_pass never raises an Exception: this is a bug, say so
-                log.exception("client %s: unexpected error in the pass", cid)
+                self.log.exception("client %s: unexpected error in the pass", cid)
                 box.append(ClientReport(cid, error=e))
 
         t = self._pass = threading.Thread(target=run, name=f"sej-hub-pass-{cid}", daemon=True)
-        started = time.monotonic()
+        started = self.beat = time.monotonic()
+        try:
+            return self._supervise(t, box, stop, started)
+        finally:
+            self.beat = None
+
+    def _supervise(self, t: threading.Thread, box: list[ClientReport], stop: threading.Event,
+                   started: float) -> ClientReport:  # fmt: skip
+        cid = self.cfg.client_id
         t.start()
         give_up: float | None = None
         stopped_at: float | None = None
@@ -308,7 +370,7 @@ class _Client:
             t.join(SUPERVISE_INTERVAL)
             if not t.is_alive():
                 return box[0] if box else ClientReport(cid, error=RuntimeError("the pass ended without a report"))
-            now = time.monotonic()
+            now = self.beat = time.monotonic()
             if give_up is None and self._stalled.is_set():
                 give_up = now + ABANDON_GRACE
             if stop.is_set():
@@ -317,7 +379,9 @@ class _Client:
                 elif now - stopped_at >= STOP_TIMEOUT and (give_up is None or give_up > now + ABANDON_GRACE):
                     give_up = now + ABANDON_GRACE  # the current chunk had its time: unblock calls on the producer
                     if self.remote is not None:
-                        log.warning("client %s: still busy %gs after stop; closing the connection", cid, STOP_TIMEOUT)
+                        self.log.warning(
+                            "client %s: still busy %gs after stop; closing the connection", cid, STOP_TIMEOUT
+                        )
                         self.disconnect()
             if give_up is not None and now >= give_up:
                 if self._stalled.is_set():
@@ -325,24 +389,30 @@ class _Client:
                 else:
                     why = f"the pass was still in a call to {self.label} {now - (stopped_at or now):.1f}s after stop"
                 err = StalledError(f"{why}; the pass was abandoned after {now - started:.1f}s")
-                log.error("client %s: %s", cid, err)
+                self.log.error("client %s: %s", cid, err)
                 return ClientReport(cid, error=err, seconds=now - started)
 
     def _sources(self) -> Callable[[], Source]:
         """The client's Sources, each call watched: local ones, or SFTP ones on the kept (or a new) connection."""
         origin = self.cfg.origin
         if origin.is_local:
+            self.attempted.set()
             sources = open_sources(origin)
         else:
             if self.remote is not None and not self.remote.alive():
-                log.warning("client %s: the connection to %s was lost; reconnecting", self.cfg.client_id, self.label)
+                self.log.warning(
+                    "client %s: the connection to %s was lost; reconnecting", self.cfg.client_id, self.label
+                )
                 self.disconnect()
             if self.remote is None:
                 # Each SFTP read fails after IO_TIMEOUT on a dead link instead of hanging.
-                self.remote = open_sources(origin, connect_timeout=CONNECT_TIMEOUT, io_timeout=IO_TIMEOUT)
+                try:
+                    self.remote = open_sources(origin, connect_timeout=CONNECT_TIMEOUT, io_timeout=IO_TIMEOUT)
+                finally:
+                    self.attempted.set()
                 self.label = self.remote.label
                 self.connects += 1
-                log.info("client %s: connected to %s", self.cfg.client_id, self.label)
+                self.log.info("client %s: connected to %s", self.cfg.client_id, self.label)
             sources = self.remote
 
         def make() -> Source:
@@ -355,7 +425,7 @@ class _Client:
         """Warn once per directory of the client's root that is not a journal (every pass lists them)."""
         if name not in self.skips_told:
             self.skips_told.add(name)
-            log.warning("client %s: skipping %r under %s: %s", self.cfg.client_id, name, self.label, why)
+            self.log.warning("client %s: skipping %r under %s: %s", self.cfg.client_id, name, self.label, why)
 
     def run_pass(self, stop: threading.Event, level: int = logging.INFO) -> ClientReport:
         """One pass: connect if needed, copy every journal the client has. Never raises an Exception.
@@ -372,20 +442,22 @@ class _Client:
                                        destinations=self.destinations)  # fmt: skip
             if not report.outcomes and not self.told_empty:
                 self.told_empty = True
-                log.warning("client %s: no journal found at %s", cid, self.label)
+                self.log.warning("client %s: no journal found at %s", cid, self.label)
         except Exception as e:
             report.error = e
             expected = isinstance(e, (SejError, *transport_errors()))
-            log.error("client %s: %s", cid, e if expected else f"{type(e).__name__}: {e}", exc_info=not expected)
+            self.log.error("client %s: %s", cid, e if expected else f"{type(e).__name__}: {e}", exc_info=not expected)
         if self.remote is not None and (report.error is not None or not self.remote.alive()):
             report.connection_lost = report.error is None
             if report.connection_lost:
-                log.error("client %s: the connection to %s was lost during the pass", cid, self.label)
+                self.log.error("client %s: the connection to %s was lost during the pass", cid, self.label)
             self.disconnect()  # the next pass connects afresh
         report.seconds = time.monotonic() - started
         failed = len(report.failed_journals)
+        fields = {"messages": report.messages, "bytes": report.bytes, "journals": len(report.outcomes),
+                  "failed": failed, "seconds": round(report.seconds, 6)}  # fmt: skip
         if report.messages or failed:
-            log.log(
+            self.log.log(
                 level,
                 "client %s: copied %d messages (%d bytes) from %d journals in %.2fs%s",
                 cid,
@@ -394,9 +466,19 @@ class _Client:
                 len(report.outcomes),
                 report.seconds,
                 f"; {failed} journals failed" if failed else "",
+                extra=fields,
             )
+            if self.log.isEnabledFor(logging.DEBUG):
+                for o in report.outcomes:
+                    if o.result is not None and o.result.messages:
+                        self.log.debug("client %s, journal %s: copied %d messages, hub next offset %d", cid,
+                                       o.journal, o.result.messages, o.result.next_offset,
+                                       extra={"journal": o.journal, "messages": o.result.messages,
+                                              "bytes": o.result.bytes, "hub_next": o.result.next_offset,
+                                              "producer_next": o.producer_next, "lag_bytes": o.lag_bytes})  # fmt: skip
         elif report.error is None:
-            log.debug("client %s: nothing new in %d journals (%.2fs)", cid, len(report.outcomes), report.seconds)
+            self.log.debug("client %s: nothing new in %d journals (%.2fs)", cid, len(report.outcomes), report.seconds,
+                           extra=fields)  # fmt: skip
         return report
 
     def disconnect(self) -> None:
@@ -405,7 +487,7 @@ class _Client:
             try:
                 remote.close()
             except Exception as e:  # closing a broken connection must not hide the reason it broke
-                log.debug("client %s: closing the connection: %s", self.cfg.client_id, e)
+                self.log.debug("client %s: closing the connection: %s", self.cfg.client_id, e)
 
 
 class Hub:
@@ -414,10 +496,29 @@ class Hub:
     Use run_once or run_forever from one thread at a time; close() (or `with`) drops the connections.
     """
 
-    def __init__(self, config: HubConfig) -> None:
+    def __init__(self, config: HubConfig, records: bool = True) -> None:
         self.config = config
         self.destinations = Destinations(_open_journals())
         self._clients = [_Client(config, c, self.destinations) for c in config.clients]
+        # What /metrics, /health and `sej hub status` (from the records in the hub root) show.
+        self.status = StatusBook(config.hub_root if records else None,
+                                 [(c.cfg.client_id, c.label) for c in self._clients])  # fmt: skip
+
+    def _pass(self, client: _Client, stop: threading.Event, level: int = logging.INFO) -> ClientReport:
+        """One bounded pass of a client, recorded in the StatusBook."""
+        report = client.run_pass_bounded(stop, level)
+        try:
+            local = client.cfg.is_local
+            self.status.connected(client.cfg.client_id, local or client.remote is not None)
+            self.status.record(client.cfg.client_id, report.journal_passes(), report.seconds, report.client_error())
+        except Exception:  # the status is for operators: its failure must not stop the copies
+            log.exception("client %s: recording the pass's status", client.cfg.client_id)
+        return report
+
+    def alive(self) -> bool:
+        """Every client's pass supervisor is looking at its pass, or between passes (for systemd's watchdog)."""
+        now = time.monotonic()
+        return all(c.beat is None or now - c.beat < LIVENESS for c in self._clients)
 
     def run_once(self, stop: threading.Event | None = None) -> list[ClientReport]:
         """One pass over every client (all at once); one report per client, in config order.
@@ -428,7 +529,9 @@ class Hub:
         if stop.is_set():
             return []
         with self._watchdog(), ThreadPoolExecutor(len(self._clients), thread_name_prefix="sej-hub") as pool:
-            return list(pool.map(lambda c: c.run_pass_bounded(stop), self._clients))
+            reports = list(pool.map(lambda c: self._pass(c, stop), self._clients))
+        self.status.write()
+        return reports
 
     @contextmanager
     def _watchdog(self) -> Iterator[None]:
@@ -448,12 +551,20 @@ class Hub:
             done.set()
             t.join(WATCH_INTERVAL + 1)
 
-    def run_forever(self, stop: threading.Event, on_report: Callable[[ClientReport], None] | None = None) -> None:
+    def run_forever(
+        self,
+        stop: threading.Event,
+        on_report: Callable[[ClientReport], None] | None = None,
+        on_ready: Callable[[], None] | None = None,
+        on_tick: Callable[[], None] | None = None,
+    ) -> None:
         """Pass after pass, every client on its own schedule, until `stop` is set; then close().
 
         `stop` may be set from a signal handler: the calling thread only polls it (it never waits
         on the event, whose lock a handler running in the same thread could otherwise deadlock on).
-        `on_report` is called (from the client's thread) after each pass.
+        `on_report` is called (from the client's thread) after each pass. `on_ready` is called once
+        (from the calling thread) when every client has made its first connection attempt (or after
+        CONNECT_TIMEOUT + 1 s, whichever comes first), `on_tick` every SUPERVISE_INTERVAL from it.
         """
         cfg = self.config
         log.info(
@@ -473,7 +584,15 @@ class Hub:
             try:
                 for t in threads:
                     t.start()
+                ready_by = time.monotonic() + CONNECT_TIMEOUT + 1
                 while not stop.is_set():
+                    if on_ready is not None and (
+                        all(c.attempted.is_set() for c in self._clients) or time.monotonic() >= ready_by
+                    ):
+                        on_ready()
+                        on_ready = None
+                    if on_tick is not None:
+                        on_tick()
                     time.sleep(SUPERVISE_INTERVAL)
                 log.info("stopping: finishing the current chunks")
             finally:
@@ -487,6 +606,7 @@ class Hub:
                 if busy:
                     log.warning("still busy after %gs, leaving anyway: %s", limit, ", ".join(busy))
                 self.close()
+                self.status.write()
                 log.info("hub stopped")
 
     def _loop(self, client: _Client, stop: threading.Event, on_report: Callable[[ClientReport], None] | None) -> None:
@@ -494,39 +614,42 @@ class Hub:
         cid = client.cfg.client_id
         since = time.monotonic()
         messages = nbytes = passes = 0
+
+        def summary() -> None:
+            """What the client copied since the last summary (at INFO every SUMMARY_INTERVAL, and on stop)."""
+            nonlocal since, messages, nbytes, passes
+            now = time.monotonic()
+            client.log.info("client %s: copied %d messages (%d bytes) in the last %.0fs (%d passes)", cid, messages,
+                            nbytes, now - since, passes, extra={"messages": messages, "bytes": nbytes,
+                                                                "seconds": round(now - since, 3), "passes": passes,
+                                                                "summary": True})  # fmt: skip
+            since, messages, nbytes, passes = now, 0, 0, 0
+
         while not stop.is_set():
             started = time.monotonic()
             try:
-                report = client.run_pass_bounded(stop, logging.DEBUG)
+                report = self._pass(client, stop, logging.DEBUG)
                 if on_report is not None:
                     on_report(report)
             except Exception:  # a bug: keep the other passes going, but say so loudly
-                log.exception("client %s: unexpected error in the pass", cid)
+                client.log.exception("client %s: unexpected error in the pass", cid)
                 report = ClientReport(cid, error=RuntimeError("unexpected error"))
             messages, nbytes, passes = messages + report.messages, nbytes + report.bytes, passes + 1
-            now = time.monotonic()
-            if now - since >= SUMMARY_INTERVAL or stop.is_set():
-                if messages:
-                    log.info(
-                        "client %s: copied %d messages (%d bytes) in the last %.0fs (%d passes)",
-                        cid,
-                        messages,
-                        nbytes,
-                        now - since,
-                        passes,
-                    )
-                since, messages, nbytes, passes = now, 0, 0, 0
+            if time.monotonic() - since >= SUMMARY_INTERVAL and messages:
+                summary()
             if report.client_failed:
                 client.failures += 1
                 delay = backoff_delay(client.failures, cfg.poll_interval, cfg.backoff_max)
-                log.warning("client %s: failed %d times in a row; next attempt in %.1fs", cid, client.failures, delay)
+                client.log.warning("client %s: failed %d times in a row; next attempt in %.1fs", cid, client.failures,
+                                   delay, extra={"failures": client.failures})  # fmt: skip
             else:
                 if client.failures:
-                    log.info("client %s: working again after %d failed attempts", cid, client.failures)
+                    client.log.info("client %s: working again after %d failed attempts", cid, client.failures)
                 client.failures = 0
                 # Passes start every poll_interval: after a long pass (much to copy), the next starts at once.
                 delay = max(0.0, cfg.poll_interval - (time.monotonic() - started))
             stop.wait(delay)
+        summary()  # also when the stop came during the wait: what was copied since the last one is told
 
     def close(self) -> None:
         """Close every SSH connection, and the hub's journals kept open."""

@@ -17,7 +17,16 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 from ..errors import CorruptionError, InvalidArgumentError, SejError, UnsafeFileError
 from ..fsutil import kind, open_dir, open_regular, temp_name
-from ..layout import INDEX_DIR, OFFSET_DIR, SEGMENT_DIR, offset_file_name, parse_segment_name, segment_name, sum_name
+from ..layout import (
+    INDEX_DIR,
+    OFFSET_DIR,
+    OWN_DIRS,
+    SEGMENT_DIR,
+    offset_file_name,
+    parse_segment_name,
+    segment_name,
+    sum_name,
+)
 from ..offset import (
     STALE_TEMP_AGE,
     TEMP_RE,
@@ -124,8 +133,11 @@ def _sort_out(name: str, mode: int, jnl: Callable[[str], int | None]) -> tuple[s
     not one and should be said so; (None, None) for what is quietly not a journal.
 
     `mode` is the entry's lstat mode; `jnl(name)` the lstat mode of its jnl/ (None when missing).
-    Files are not journals, quietly. A shard-named directory without jnl/ is a shard being made.
+    Files are not journals, quietly, and nor are sej's own directories (OWN_DIRS: consumer groups, the
+    hub's status records). A shard-named directory without jnl/ is a shard being made.
     """
+    if name in OWN_DIRS:
+        return None, None
     if not stat.S_ISDIR(mode):
         return None, "a symlink, not a journal directory" if stat.S_ISLNK(mode) else None
     try:

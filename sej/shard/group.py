@@ -22,9 +22,9 @@ from typing import IO
 
 from ..errors import LockedError, UnsafeFileError
 from ..fsutil import open_dir
+from ..layout import GROUPS_DIR
 from ..lock import lock_file, unlock_file
 
-GROUPS_DIR = ".sej-groups"
 MEMBER_SUFFIX = ".member"
 MEMBER_RE = re.compile(r"\A[A-Za-z0-9_.-]+\.member\Z")
 
