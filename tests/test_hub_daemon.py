@@ -705,14 +705,19 @@ def test_cron_script_exit_codes(tmp_path: Path, src: Path) -> None:
 
 
 def test_example_crontab_and_systemd_unit() -> None:
-    unit = (REPO / "scripts" / "sej-hub.service").read_text()
+    """The unit and the crontab the wheel carries (sej/apps/files/), as `sej-hub --print` fills them in
+    (tests/test_hub_files.py has the rest)."""
+    from sej.apps.hub_files import render
+
+    unit = render("unit")
     settings = dict(
         line.split("=", 1) for line in unit.splitlines() if "=" in line and not line.lstrip().startswith("#")
     )
-    assert settings["Type"] == "simple" and settings["Restart"] == "on-failure" and settings["KillSignal"] == "SIGTERM"
+    assert settings["Type"] == "notify" and settings["Restart"] == "on-failure" and settings["KillSignal"] == "SIGTERM"
+    assert settings["RestartPreventExitStatus"] == "2"  # a config error (exit 2) is not restarted in a loop
     assert settings["ExecStart"].endswith("/sej-hub --config /etc/sej/hub.toml")
     assert int(settings["TimeoutStopSec"]) > 30  # more than the daemon's own wait for the current chunks
-    (line,) = [x for x in (REPO / "scripts" / "hub.crontab").read_text().splitlines() if x and not x.startswith("#")]
+    (line,) = [x for x in render("crontab").splitlines() if x and not x.startswith("#")]
     fields = line.split()
     assert len(fields[:5]) == 5 and fields[6].endswith("/sej-hub-cron")  # the installed console script
     assert "--config" in fields and "--max-time" in fields

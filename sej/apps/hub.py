@@ -37,6 +37,7 @@ from ..hub.config import HubConfig, load_config
 from ..hub.daemon import ClientReport, Hub, lock_hub, lock_path
 from ..hub.location import transport_errors
 from ..lock import unlock_file
+from .hub_files import config_option, print_option
 from .shell import INTERRUPTED, OK, PROBLEMS, Failure, Program, debug_option, debugging
 
 log = logging.getLogger("sej.hub")
@@ -128,7 +129,8 @@ def start(config_path: str, log_level: str | None) -> HubConfig:
 
 
 @click.command(cls=Program, name="sej-hub", context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--config", "config_path", required=True, metavar="FILE", help="The hub.toml file.")
+@config_option()
+@print_option()
 @click.option("--once", is_flag=True, help="One pass over every client, then exit (1 if anything failed).")
 @click.option(
     "--log-level",

@@ -12,7 +12,7 @@ SIGINT stop it the same way.
 
 Exit codes: 0 the pass had no failures (or another run holds the lock),
 1 a client or a journal failed, 2 usage errors (a missing or invalid config),
-130 stopped by a signal. See docs/hub.md and scripts/hub.crontab.
+130 stopped by a signal. See docs/hub.md and `sej-hub --print crontab`.
 """
 
 from __future__ import annotations
