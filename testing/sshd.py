@@ -250,6 +250,29 @@ class Sshd:
         # Connections that outlived the listener (they were forked before it stopped) are reparented away
         # from it and cannot be found any more; killing them above, before the listener, avoids that.
 
+    def pause(self) -> None:
+        """Kill every connection and stop the listener, keeping the port, keys and config: the producer is down."""
+        self._stop_process()
+
+    def resume(self) -> None:
+        """Start the listener again on the same port (after pause): the producer is back."""
+        assert self.process is None, "sshd is running"
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:  # the port was ours a moment ago; another process may take it meanwhile: then fail
+            with open(self.log_path, "ab") as log:
+                self.process = subprocess.Popen(
+                    [*pdeathsig_prefix(), SSHD, "-D", "-e", "-f", str(self.config)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            if self._wait_ready():
+                return
+            self._stop_process()
+            if time.monotonic() > deadline:
+                raise SshdError(f"sshd did not start again on port {self.port}; its log:\n{self.log}")
+            time.sleep(0.1)
+
     def stop(self) -> None:
         """Kill every connection, stop the listener (SIGTERM, then SIGKILL) and remove the directory."""
         try:

@@ -19,7 +19,7 @@ from .common import FULL, KEY, QUICK, ROOT, Config, fresh, log, perf_counter, va
 from .consumer import bench_consumer
 from .follow import bench_follow
 from .group_commit import bench_group_commit
-from .hub import bench_hub_copy, bench_hub_latency
+from .hub import bench_hub_copy, bench_hub_latency, bench_hub_metrics
 from .hub_scale import bench_hub_scale
 from .load import CpuShare, LoadTotal, wait_idle
 from .open_seek import bench_open_seek
@@ -59,6 +59,7 @@ STEPS: tuple[tuple[tuple[str, ...], str, Run], ...] = (
     (("hub_scale",), "benchmark 14: the hub at scale, against rsync", alone(bench_hub_scale)),
     (("checksums",), "benchmark 15: what checksums cost", alone(bench_checksums)),
     (("consumer",), "benchmark 16: the consumer over a root", alone(bench_consumer)),
+    (("hub_metrics",), "benchmark 17: what the hub's metrics endpoint costs", alone(bench_hub_metrics)),
 )
 BENCHMARKS = tuple(name for names, _, _ in STEPS for name in names)
 

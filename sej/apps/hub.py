@@ -18,6 +18,7 @@ The helpers here (logging, signals, one pass, the lock, exiting) serve sej-hub-c
 from __future__ import annotations
 
 import concurrent.futures.thread
+import json
 import logging
 import os
 import signal
@@ -36,8 +37,10 @@ from ..errors import LockedError
 from ..hub.config import HubConfig, load_config
 from ..hub.daemon import ClientReport, Hub, lock_hub, lock_path
 from ..hub.location import transport_errors
+from ..hub.metrics import MetricsServer
 from ..lock import unlock_file
 from .hub_files import config_option, print_option
+from .notify import Notifier
 from .shell import INTERRUPTED, OK, PROBLEMS, Failure, Program, debug_option, debugging
 
 log = logging.getLogger("sej.hub")
@@ -45,11 +48,32 @@ log = logging.getLogger("sej.hub")
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
+_RECORD_KEYS = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
 
-def setup_logging(level: str) -> None:
-    """Log records of sej (and paramiko's warnings) to stderr at `level`."""
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time (UTC, ISO 8601), level, logger, message, the record's own fields
+    (client, journal, messages, bytes, seconds, hub_next, producer_next, ...), and a traceback if any."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        doc: dict[str, object] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for key, value in record.__dict__.items():
+            if key not in _RECORD_KEYS and not key.startswith("_"):
+                doc[key] = value if isinstance(value, (str, int, float, bool, type(None))) else str(value)
+        if record.exc_info:
+            doc["traceback"] = self.formatException(record.exc_info)
+        return json.dumps(doc)
+
+
+def setup_logging(level: str, log_format: str = "text") -> None:
+    """Log records of sej (and paramiko's warnings) to stderr at `level`, as text or one JSON object a line."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(LOG_FORMAT))
     root = logging.getLogger()
     for h in list(root.handlers):
         root.removeHandler(h)
@@ -122,10 +146,49 @@ def hold_lock(config: HubConfig) -> IO[str]:
 
 
 def start(config_path: str, log_level: str | None) -> HubConfig:
-    """Common start of sej-hub and sej-hub-cron: logging (DEBUG with --debug), the config."""
-    setup_logging((log_level or ("DEBUG" if debugging() else "INFO")).upper())
+    """Common start of sej-hub and sej-hub-cron: the config, then logging (DEBUG with --debug) in its format.
+
+    A bad config raises InvalidArgumentError: exit 2, before anything else (systemd: before READY=1).
+    """
+    config = load_config(config_path)
+    setup_logging((log_level or ("DEBUG" if debugging() else "INFO")).upper(), config.log_format)
     quiet_prefetch_errors()
-    return load_config(config_path)
+    return config
+
+
+def serve_forever(config: HubConfig, stop: threading.Event) -> None:
+    """The daemon: metrics endpoint (if configured), systemd notifications, passes until `stop`."""
+    notifier = Notifier()
+    hub = Hub(config)
+    server = None
+    try:
+        if config.metrics_listen is not None:
+            host, port = config.metrics_listen
+            try:
+                server = MetricsServer(hub.status, host, port, config.health_age)
+            except OSError as e:
+                raise Failure(f"metrics_listen = {host}:{port}: cannot listen there: {e.strerror or e}") from None
+            except ModuleNotFoundError as e:
+                raise Failure(f"metrics_listen needs {e.name}, which comes with the hub extra (docs/hub.md)") from None
+            log.info("metrics on http://%s:%d/metrics and /health", *server.address[:2],
+                     extra={"metrics_address": f"{server.address[0]}:{server.address[1]}"})  # fmt: skip
+
+        def status() -> str:
+            stale = hub.status.stale(config.health_age)
+            n = len(config.clients)
+            return f"{n} clients, all copied within {config.health_age:g}s" if not stale else (
+                f"{n} clients; no successful pass within {config.health_age:g}s: "
+                + ", ".join(cid for cid, _ in stale))  # fmt: skip
+
+        def ready() -> None:
+            notifier.ready(f"{len(config.clients)} clients, first connections attempted")
+            log.debug("ready (first connection attempts made)")
+
+        hub.run_forever(stop, on_ready=ready, on_tick=lambda: notifier.ping(hub.alive(), status()))
+    finally:
+        notifier.stopping()
+        if server is not None:
+            server.close()
 
 
 @click.command(cls=Program, name="sej-hub", context_settings={"help_option_names": ["-h", "--help"]})
@@ -144,9 +207,13 @@ def cli(config_path: str, once: bool, log_level: str | None) -> int:
     """Copy producers' journals into the hub root, exactly once: the sej hub daemon.
 
     Reads FILE (hub.toml: hub_root, hub_name, poll_interval, workers,
-    backoff_max and [[client]] entries). Without --once it runs until SIGTERM
-    or SIGINT, which let the current chunks finish. Exit codes: 0 fine,
-    1 problems, 2 usage errors.
+    backoff_max, metrics_listen, health_max_age, log_format and [[client]]
+    entries). Without --once it runs until SIGTERM or SIGINT, which let the
+    current chunks finish; with metrics_listen it serves /metrics (Prometheus)
+    and /health; under systemd (Type=notify) it sends READY=1 once the first
+    connections were attempted, and WATCHDOG=1 while its passes make progress.
+    Exit codes: 0 fine, 1 problems, 2 usage errors (a bad config: before
+    READY=1).
     """
     config = start(config_path, log_level)
     stop = threading.Event()
@@ -154,7 +221,7 @@ def cli(config_path: str, once: bool, log_level: str | None) -> int:
     try:
         with stop_on_signals(stop):
             if not once:
-                Hub(config).run_forever(stop)
+                serve_forever(config, stop)
                 return OK
             reports = run_pass(config, stop)
     finally:

@@ -376,7 +376,7 @@ def copy_all(
             try:
                 d = os.path.join(dest_root, destination_name(client_id, j))
             except InvalidArgumentError as e:  # a name no journal of ours can have: that journal fails
-                log.error("%s", e)
+                log.error("%s", e, extra={"client": client_id, "journal": j})
                 outcomes[j] = JournalOutcome(j, None, e)
                 continue
             plans.append(_Plan(j, d, state.tail(j, d), state.committed.get(j)))
@@ -411,7 +411,7 @@ def copy_all(
                                                   destinations=destinations)  # fmt: skip
                             return p, JournalOutcome(p.journal, result, None, *seen_lag(p.segments, result)), src
                         except Exception as e:  # reported per journal; the others go on
-                            log.error("%s", e)
+                            log.error("%s", e, extra={"client": client_id, "journal": p.journal})
                             return p, JournalOutcome(p.journal, None, e), src
 
                     with took("copy"):  # the big copies read from the source on the workers' channels
@@ -568,7 +568,7 @@ def _commit(
             state.remember_committed(p.journal, p.committed)
     for (p, _o, value), got in zip(asked, many(calls), strict=True):
         if isinstance(got, BaseException):
-            log.error("%s", got)
+            log.error("%s", got, extra={"journal": p.journal, "committing": value})
             state.remember_committed(p.journal, None)
             outcomes[p.journal] = JournalOutcome(p.journal, None, got)
         else:

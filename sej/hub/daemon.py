@@ -606,6 +606,8 @@ class Hub:
                 if busy:
                     log.warning("still busy after %gs, leaving anyway: %s", limit, ", ".join(busy))
                 self.close()
+                for c in self._clients:
+                    self.status.connected(c.cfg.client_id, False)
                 self.status.write()
                 log.info("hub stopped")
 

@@ -80,6 +80,7 @@ class ClientStatus:
     journals: dict[str, JournalStatus] = field(default_factory=dict)
     pass_buckets: list[int] = field(default_factory=lambda: [0] * len(PASS_BUCKETS))  # not cumulative
     pass_seconds_sum: float = 0.0
+    written: float | None = None  # read from a record: when the daemon wrote it (wall clock)
 
     def age(self, now: float) -> float:
         """Seconds since the last successful pass (or since the daemon started watching, before one)."""
@@ -341,6 +342,7 @@ def parse_record(data: bytes, client_id: str) -> ClientStatus:
         errors=dict(errors),
         last_error=_field(doc, "last_error", str, None),
         journals=journals,
+        written=_field(doc, "written", float, None),
     )
 
 

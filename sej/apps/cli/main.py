@@ -21,6 +21,7 @@ COMMANDS = {
     "count": "messages:count",
     "dump": "segments:dump",
     "file": "segments:file_cmd",
+    "hub": "hubstatus:hub",
     "offset": "readers:offset_cmd",
     "old": "maintenance:old",
     "reset": "readers:reset",

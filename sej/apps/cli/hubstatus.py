@@ -1,0 +1,136 @@
+"""`sej hub status HUB_ROOT`: each client's journals at the hub, from what is on disk.
+
+The hub's next offsets come from its journals; the producers' next offsets (as the daemon's last
+pass saw them), the last successful pass and the errors from the records sej-hub keeps in
+`<hub_root>/.sej-hub/` (sej.hub.status). No daemon needs to run, and none is asked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+import click
+
+from ...hub.status import ClientStatus, StatusRow, read_status
+from ..shell import usage
+from .output import table
+
+
+def _ago(t: float | None, now: float) -> str:
+    return "never" if t is None else f"{max(0.0, now - t):.1f}s ago"
+
+
+def _num(v: int | None) -> object:
+    return "?" if v is None else v
+
+
+@click.group("hub", short_help="The hub's view of its clients (sej hub status).")
+def hub() -> None:
+    """Commands about a hub root (the copies sej-hub makes)."""
+
+
+@hub.command("status", short_help="Each client's journals at the hub: offsets, lag, last good pass, errors.")
+@click.argument("hub_root", type=click.Path(path_type=str))
+@click.option("--client", "only", metavar="ID", help="Only this client.")
+@click.option("--max-lag", type=click.IntRange(min=0), metavar="N",
+              help="Exit 1 if a journal is more than N messages behind (or its lag is unknown).")  # fmt: skip
+@click.option("--max-age", type=click.FloatRange(min=0), metavar="SECONDS",
+              help="Exit 1 if a client's last successful pass is older than this (or it has none).")  # fmt: skip
+@click.option("--json", "as_json", is_flag=True, help="Print JSON: {clients: [...], journals: [...]}.")
+def status(hub_root: str, only: str | None, max_lag: int | None, max_age: float | None, as_json: bool) -> int:
+    """Each client's journals at HUB_ROOT: the hub's next offset (from its journals),
+    the producer's next offset and the lag as sej-hub's last pass saw them, the
+    client's last successful pass and its errors (from the records sej-hub keeps in
+    HUB_ROOT/.sej-hub/).
+
+    The lag counts messages the hub lacks: exact when LAG BYTES is 0, else at
+    least that many (the hub counts messages as it copies them). Exit codes: 0
+    fine; 1 when a client or journal is failing, a record cannot be read, or a
+    journal is behind more than --max-lag, or a client's last successful pass is
+    older than --max-age; 2 usage errors.
+    """
+    if not os.path.isdir(hub_root):
+        raise usage(f"{hub_root} is not a directory")
+    now = time.time()
+    st = read_status(hub_root)
+    rows = [r for r in st.rows if only is None or r.client_id == only]
+    records = {cid: rec for cid, rec in st.records.items() if only is None or cid == only}
+    if only is not None and not rows and not records:
+        raise usage(f"no client {only!r} at {hub_root} (no record, no journal)")
+    clients = sorted({r.client_id for r in rows} | set(records))
+    bad: list[str] = list(st.problems)
+    for cid in clients:
+        rec = records.get(cid)
+        if rec is None:
+            if max_age is not None:
+                bad.append(f"client {cid}: no record of a pass (is sej-hub running for {hub_root}?)")
+        else:
+            if rec.last_error is not None:
+                bad.append(f"client {cid}: {rec.last_error}")
+            if max_age is not None and (rec.last_success is None or now - rec.last_success > max_age):
+                bad.append(f"client {cid}: last successful pass {_ago(rec.last_success, now)} (--max-age {max_age:g})")
+    for r in rows:
+        if r.error is not None and (records.get(r.client_id) is None or records[r.client_id].last_error != r.error):
+            bad.append(f"client {r.client_id}, journal {r.journal}: {r.error}")
+        if max_lag is not None and (r.lag is None or r.lag > max_lag):
+            bad.append(f"client {r.client_id}, journal {r.journal}: lag {_num(r.lag)} (--max-lag {max_lag})")
+    if as_json:
+        click.echo(json.dumps({"clients": [_client_doc(cid, records.get(cid), now) for cid in clients],
+                               "journals": [_row_doc(r, now) for r in rows], "problems": bad}))  # fmt: skip
+    else:
+        headers = ["CLIENT", "JOURNAL", "HUB NEXT", "PRODUCER NEXT", "LAG", "LAG BYTES", "LAST GOOD PASS", "ERROR"]
+        lines = [[r.client_id, r.journal, _num(r.hub_next), _num(r.producer_next), _num(r.lag), _num(r.lag_bytes),
+                  _ago(r.last_success, now), r.error or ""] for r in rows]  # fmt: skip
+        click.echo(table(headers, lines))
+        for cid in clients:
+            click.echo(_client_line(cid, records.get(cid), now))
+        for line in bad:
+            click.echo(f"problem: {line}", err=True)
+    return 1 if bad else 0
+
+
+def _client_line(cid: str, rec: ClientStatus | None, now: float) -> str:
+    if rec is None:
+        return f"client {cid}: no record (sej-hub has not run a pass for it here)"
+    errors = ", ".join(f"{k} {n}" for k, n in sorted(rec.errors.items())) or "none"
+    return (f"client {cid}: {rec.location}, {'connected' if rec.connected else 'not connected'}, "
+            f"last good pass {_ago(rec.last_success, now)}, {rec.passes} passes, errors: {errors}; "
+            f"record written {_ago(rec.written, now)}")  # fmt: skip
+
+
+def _client_doc(cid: str, rec: ClientStatus | None, now: float) -> dict[str, Any]:
+    if rec is None:
+        return {"client": cid, "record": False}
+    return {
+        "client": cid,
+        "record": True,
+        "location": rec.location,
+        "connected": rec.connected,
+        "passes": rec.passes,
+        "last_success": rec.last_success,
+        "seconds_since_success": None if rec.last_success is None else round(now - rec.last_success, 3),
+        "last_pass_seconds": rec.last_pass_seconds,
+        "errors": rec.errors,
+        "last_error": rec.last_error,
+        "written": rec.written,
+    }
+
+
+def _row_doc(r: StatusRow, now: float) -> dict[str, Any]:
+    return {
+        "client": r.client_id,
+        "journal": r.journal,
+        "path": r.path,
+        "hub_next": r.hub_next,
+        "producer_next": r.producer_next,
+        "lag": r.lag,
+        "lag_bytes": r.lag_bytes,
+        "last_success": r.last_success,
+        "error": r.error,
+    }
+
+
+__all__ = ["hub"]

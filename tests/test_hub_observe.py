@@ -1,0 +1,415 @@
+"""Operating the hub (issue 16): /metrics and /health of a real sej-hub under faults, `sej hub status`,
+JSON logs with the summary on stop, and systemd's notify protocol.
+
+Every sej-hub here is a real process (the installed console script); the SSH client goes through a real
+sshd on 127.0.0.1, which is stopped and started again mid-run. Waits are for events (a line, a scrape
+that shows what is expected), bounded by scaled deadlines.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import sej
+from sej.apps.notify import Notifier
+from sej.errors import InvalidArgumentError
+from sej.hub.config import loads_config
+from sej.hub.status import MAX_RECORD, StatusBook, parse_record, read_status
+from testing.sshd import Sshd
+from testing.timing import scaled
+
+from .test_hub_daemon import HubProcess, env, hub_script, write_config
+
+POLL = 0.2
+JOURNALS = ("ev.1.000", "ev.1.001")
+
+
+def produce(root: Path, n: int, start: int = 0) -> None:
+    """n more messages in each of the client's journals (a writer opened and closed per call)."""
+    for j in JOURNALS:
+        with sej.Writer(str(root / j), segment_size=2048) as w:
+            w.append_many([b"m%d" % i for i in range(start, start + n)])
+
+
+def scrape(address: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """/metrics as {(name, sorted labels): value}."""
+    text = urllib.request.urlopen(f"http://{address}/metrics", timeout=scaled(5)).read().decode()
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = re.match(r"([a-z_]+)(?:\{(.*)\})? (\S+)$", line)
+        assert m is not None, line
+        labels = tuple(sorted(re.findall(r'(\w+)="([^"]*)"', m.group(2) or "")))
+        out[(m.group(1), labels)] = float(m.group(3))
+    return out
+
+
+def metric(got: dict[Any, float], name: str, **labels: str) -> float | None:
+    return got.get((name, tuple(sorted(labels.items()))))
+
+
+def health(address: str) -> tuple[int, dict[str, Any]]:
+    try:
+        with urllib.request.urlopen(f"http://{address}/health", timeout=scaled(5)) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def eventually(check: Callable[[], Any], timeout: float, what: str) -> Any:
+    """Call `check` until it returns something true (and return that); fail after scaled(timeout) s."""
+    deadline = time.monotonic() + scaled(timeout)
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
+
+
+def json_lines(proc: HubProcess) -> list[dict[str, Any]]:
+    """Every stderr line of a sej-hub with log_format = "json", each parsed on its own."""
+    return [json.loads(line) for line in proc.lines]
+
+
+def metrics_address(proc: HubProcess) -> str:
+    assert proc.wait_for('"metrics_address"', scaled(30)), proc.lines
+    return next(d["metrics_address"] for d in json_lines(proc) if "metrics_address" in d)
+
+
+def sej_status(hub: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "sej.apps.cli", "hub", "status", str(hub), *args],
+                          capture_output=True, text=True, timeout=scaled(30), env=env())  # fmt: skip
+
+
+def test_metrics_health_and_status_of_a_real_hub_through_an_sshd_outage(tmp_path: Path) -> None:
+    server = Sshd()
+    roots = {c: tmp_path / "src" / c for c in ("here", "there", "remote")}
+    hub = tmp_path / "hub"
+    max_age = scaled(2)
+    proc = None
+    try:
+        for root in roots.values():
+            produce(root, 5)
+        clients = [{"client_id": c, "local_root": str(roots[c])} for c in ("here", "there")]
+        clients.append({"client_id": "remote", "host": "127.0.0.1", "port": server.port, "user": server.user,
+                        "identity_file": str(server.identity), "known_hosts": str(server.known_hosts),
+                        "remote_root": str(roots["remote"])})  # fmt: skip
+        config = write_config(tmp_path / "hub.toml", hub, clients, poll_interval=POLL, backoff_max=0.5,
+                              metrics_listen="127.0.0.1:0", health_max_age=max_age, log_format="json")  # fmt: skip
+        proc = HubProcess([hub_script(), "--config", str(config)])
+        address = metrics_address(proc)
+        produced = {c: 5 for c in roots}
+
+        # A producer appends while the hub copies and the test scrapes.
+        def append_rounds() -> None:
+            for k in range(10):
+                for c, root in roots.items():
+                    produce(root, 7, start=produced[c] + 7 * k)
+
+        t = threading.Thread(target=append_rounds)
+        t.start()
+        scrapes = 0
+        while t.is_alive():  # scrapes during the appends: the endpoint answers while copies run
+            scrape(address)
+            scrapes += 1
+        t.join()
+        produced = {c: 5 + 70 for c in roots}
+        assert scrapes > 0
+
+        def caught_up() -> dict[Any, float] | None:
+            got = scrape(address)
+            for c, root in roots.items():
+                for j in JOURNALS:
+                    real = sej.next_offset(str(root / j))
+                    assert real == produced[c]
+                    if (metric(got, "sej_hub_copied_messages_total", client=c, journal=j) != real
+                            or metric(got, "sej_hub_next_offset", client=c, journal=j) != real
+                            or metric(got, "sej_hub_lag_messages", client=c, journal=j) != 0
+                            or metric(got, "sej_hub_lag_bytes", client=c, journal=j) != 0):  # fmt: skip
+                        return None
+            return got
+
+        got = eventually(caught_up, 60, "the copied counters to reach the produced totals, and lag 0")
+        for c in roots:
+            assert metric(got, "sej_hub_connected", client=c) == 1
+            assert metric(got, "sej_hub_seconds_since_success", client=c) < max_age  # type: ignore[operator]
+            assert metric(got, "sej_hub_pass_duration_seconds_count", client=c) >= 1  # type: ignore[operator]
+            for j in JOURNALS:
+                size = sum(os.path.getsize(p) for p in (roots[c] / j / "jnl").glob("*.jnl"))
+                assert metric(got, "sej_hub_copied_bytes_total", client=c, journal=j) == size
+                assert metric(got, "sej_hub_producer_next_offset", client=c, journal=j) == produced[c]
+        assert health(address) == (200, {"status": "ok", "max_age": max_age})
+
+        # `sej hub status` agrees with the metrics and with the producers' real offsets.
+        def status_agrees() -> dict[str, Any] | None:
+            r = sej_status(hub, "--json", "--max-lag", "0")
+            now = scrape(address)
+            doc = json.loads(r.stdout)
+            rows = {(x["client"], x["journal"]): x for x in doc["journals"]}
+            if r.returncode != 0 or len(rows) != 6:
+                return None
+            for (c, j), x in rows.items():
+                real = sej.next_offset(str(roots[c] / j))
+                if not x["hub_next"] == x["producer_next"] == real or x["lag"] != 0 or x["lag_bytes"] != 0:
+                    return None
+                if metric(now, "sej_hub_next_offset", client=c, journal=j) != x["hub_next"]:
+                    return None
+            return doc
+
+        doc = eventually(status_agrees, 30, "sej hub status to agree with the metrics and the producers")
+        assert {c["client"] for c in doc["clients"]} == set(roots) and doc["problems"] == []
+        table = sej_status(hub)
+        assert table.returncode == 0 and table.stdout.splitlines()[0].split()[:2] == ["CLIENT", "JOURNAL"]
+
+        # The SSH client's producer goes down: its errors rise, /health turns 503 naming it (and only it).
+        errors_before = sum(v for (name, labels), v in got.items()
+                            if name == "sej_hub_errors_total" and ("client", "remote") in labels)  # fmt: skip
+        server.pause()
+        produce(roots["remote"], 3, start=produced["remote"])  # written while the hub cannot reach it
+        produced["remote"] += 3
+
+        def remote_errors() -> float:
+            now = scrape(address)
+            return sum(v for (name, labels), v in now.items()
+                       if name == "sej_hub_errors_total" and ("client", "remote") in labels)  # fmt: skip
+
+        eventually(lambda: remote_errors() > errors_before, 60, "the SSH client's error counter to rise")
+        code, body = eventually(lambda: (h := health(address))[0] == 503 and h, 60, "/health to turn 503")
+        assert [s["client"] for s in body["stale"]] == ["remote"], body
+        assert body["stale"][0]["seconds_since_success"] > max_age and body["stale"][0]["last_error"]
+        got = scrape(address)
+        assert metric(got, "sej_hub_connected", client="remote") == 0
+        assert metric(got, "sej_hub_connected", client="here") == 1
+        r = eventually(lambda: (x := sej_status(hub, "--max-age", str(max_age), "--json")).returncode == 1 and x, 30,
+                       "sej hub status --max-age to fail on the stale client")  # fmt: skip
+        problems = json.loads(r.stdout)["problems"]
+        assert problems and all("client remote" in p for p in problems), problems
+
+        # It comes back: /health is 200 again, and what was written meanwhile arrives.
+        server.resume()
+        eventually(lambda: health(address)[0] == 200, 60, "/health to be 200 again after sshd restarted")
+        eventually(caught_up, 60, "the messages written during the outage to arrive")
+        assert eventually(status_agrees, 30, "sej hub status to agree again")
+
+        took = proc.stop(scaled(30))
+        assert took is not None and proc.p.returncode == 0, proc.stderr
+        docs = json_lines(proc)  # every line is one JSON object
+        summaries = {d["client"]: d for d in docs if d.get("summary")}
+        assert set(summaries) == set(roots), docs[-10:]
+        errors = [d for d in docs if d["level"] == "ERROR"]
+        assert errors and all(d.get("client") == "remote" for d in errors), errors
+    finally:
+        if proc is not None:
+            proc.kill()
+        server.stop()
+
+
+def test_json_logs_and_the_summary_on_a_stop_during_the_poll_wait(tmp_path: Path) -> None:
+    root = tmp_path / "src"
+    produce(root, 12)
+    config = write_config(tmp_path / "hub.toml", tmp_path / "hub", [{"client_id": "a", "local_root": str(root)}],
+                          poll_interval=600, log_format="json")  # fmt: skip
+    proc = HubProcess([hub_script(), "--config", str(config), "--log-level", "DEBUG"])
+    try:
+        # The first pass's line (DEBUG): the next pass is 600 s away, so the stop comes during the wait.
+        assert proc.wait_for('"client a: copied 24 messages', scaled(30)), proc.lines
+        assert proc.stop(scaled(30)) is not None and proc.p.returncode == 0
+    finally:
+        proc.kill()
+    docs = json_lines(proc)
+    assert all({"time", "level", "logger", "message"} <= d.keys() for d in docs)
+    copied = next(d for d in docs if d["message"].startswith("client a: copied 24"))
+    assert copied["client"] == "a" and copied["messages"] == 24 and copied["journals"] == 2 and copied["seconds"] >= 0
+    per_journal = [d for d in docs if d.get("journal") in JOURNALS and "hub_next" in d]
+    assert sorted(d["journal"] for d in per_journal) == list(JOURNALS)
+    assert all(d["hub_next"] == d["producer_next"] == 12 and d["lag_bytes"] == 0 for d in per_journal)
+    (summary,) = [d for d in docs if d.get("summary")]
+    assert summary["level"] == "INFO" and summary["client"] == "a" and summary["messages"] == 24
+    assert summary["passes"] == 1 and docs.index(summary) < len(docs) - 1
+    assert docs[-1]["message"] == "hub stopped"
+
+
+# -- systemd notify ---------------------------------------------------------------------------------------
+
+
+class NotifySocket:
+    """A datagram socket given to sej-hub as NOTIFY_SOCKET (abstract namespace), as systemd listens."""
+
+    def __init__(self) -> None:
+        self.name = f"@sej-test-{secrets.token_hex(8)}"
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind("\0" + self.name[1:])
+        self.got: list[str] = []
+
+    def receive(self, until: Callable[[list[str]], bool], timeout: float) -> list[str]:
+        deadline = time.monotonic() + scaled(timeout)
+        while not until(self.got):
+            left = deadline - time.monotonic()
+            assert left > 0, f"datagrams so far: {self.got}"
+            self.sock.settimeout(min(left, 0.5))
+            try:
+                self.got.append(self.sock.recv(4096).decode())
+            except TimeoutError:
+                pass
+        return self.got
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_sd_notify_ready_watchdog_and_stopping(tmp_path: Path) -> None:
+    root = tmp_path / "src"
+    produce(root, 3)
+    config = write_config(tmp_path / "hub.toml", tmp_path / "hub", [{"client_id": "a", "local_root": str(root)}],
+                          poll_interval=POLL)  # fmt: skip
+    ns = NotifySocket()
+    notify_env = dict(env(), NOTIFY_SOCKET=ns.name, WATCHDOG_USEC="200000")
+    p = subprocess.Popen([hub_script(), "--config", str(config)], env=notify_env, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        got = ns.receive(lambda g: sum("WATCHDOG=1" in d for d in g) >= 3, 30)
+        ready = [i for i, d in enumerate(got) if "READY=1" in d.splitlines()]
+        assert len(ready) == 1 and ready[0] < next(i for i, d in enumerate(got) if "WATCHDOG=1" in d), got
+        assert any(line.startswith("STATUS=") for line in got[ready[0]].splitlines())
+        p.terminate()
+        assert p.wait(scaled(30)) == 0
+        ns.receive(lambda g: any("STOPPING=1" in d for d in g), 10)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        ns.close()
+
+
+def test_a_config_error_exits_2_before_ready(tmp_path: Path) -> None:
+    config = tmp_path / "hub.toml"
+    config.write_text('hub_root = "hub"\nmetrics_listen = "nowhere"\n[[client]]\nclient_id = "a"\nlocal_root = "s"\n')
+    ns = NotifySocket()
+    try:
+        r = subprocess.run([hub_script(), "--config", str(config)], env=dict(env(), NOTIFY_SOCKET=ns.name),
+                           capture_output=True, text=True, timeout=scaled(30))  # fmt: skip
+        assert r.returncode == 2 and "metrics_listen = 'nowhere'" in r.stderr and "Traceback" not in r.stderr
+        ns.sock.setblocking(False)
+        with pytest.raises(BlockingIOError):  # nothing was sent: the process has exited, no READY=1 came
+            ns.sock.recv(4096)
+    finally:
+        ns.close()
+
+
+def test_notifier_speaks_the_protocol_and_does_nothing_without_a_socket(tmp_path: Path) -> None:
+    assert not Notifier({}).enabled and Notifier({}).send("READY=1") is False
+    path = tmp_path / "n.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+        s.bind(str(path))
+        s.settimeout(scaled(5))
+        n = Notifier({"NOTIFY_SOCKET": str(path), "WATCHDOG_USEC": "1000000"})
+        assert n.interval == 0.5
+        n.ready("up")
+        assert s.recv(100) == b"READY=1\nSTATUS=up"
+        n.ping(alive=False)  # a hub that is not alive sends no WATCHDOG=1: systemd restarts it
+        n.ping()
+        n.ping()  # not due again yet
+        n.stopping()
+        assert s.recv(100) == b"WATCHDOG=1" and s.recv(100) == b"STOPPING=1"
+    other_pid = Notifier({"NOTIFY_SOCKET": str(path), "WATCHDOG_USEC": "1000000", "WATCHDOG_PID": "1"})
+    assert other_pid.interval is None  # the watchdog is another process's
+    assert Notifier({"NOTIFY_SOCKET": str(tmp_path / "gone.sock")}).send("READY=1") is False
+
+
+# -- configuration -----------------------------------------------------------------------------------------
+
+
+BASE = 'hub_root = "/h"\n{}\n[[client]]\nclient_id = "a"\nlocal_root = "/s"\n'
+
+
+def test_config_of_metrics_health_and_logs() -> None:
+    c = loads_config(BASE.format(""))
+    assert c.metrics_listen is None and c.log_format == "text" and c.health_age == 30.0
+    assert loads_config(BASE.format("poll_interval = 10")).health_age == 100.0  # 10 poll intervals
+    c = loads_config(BASE.format('metrics_listen = "[::1]:9108"\nhealth_max_age = 5\nlog_format = "json"'))
+    assert c.metrics_listen == ("::1", 9108) and c.health_age == 5.0 and c.log_format == "json"
+    for bad, says in [('metrics_listen = "127.0.0.1"', "metrics_listen = '127.0.0.1'"),
+                      ('metrics_listen = "h:99999"', "metrics_listen = 'h:99999'"),
+                      ("metrics_listen = 9108", "metrics_listen = 9108"),
+                      ('log_format = "xml"', "log_format = 'xml'"),
+                      ("health_max_age = 0", "health_max_age = 0")]:  # fmt: skip
+        with pytest.raises(InvalidArgumentError, match=re.escape(says)):
+            loads_config(BASE.format(bad))
+
+
+# -- the records and `sej hub status` on hostile input -------------------------------------------------------
+
+
+def test_status_records_are_read_as_hostile_input(tmp_path: Path) -> None:
+    hub = tmp_path / "hub"
+    src = tmp_path / "src"
+    produce(src, 4)
+    book = StatusBook(str(hub), [("a", str(src)), ("b", "elsewhere")])
+    from sej.hub.status import JournalPass
+
+    book.record("a", [JournalPass(j, 4, 6, 40, 4, 100) for j in JOURNALS], 0.01)
+    book.record("b", [], 0.01, ("connection", "refused"))
+    book.write()
+    for j in JOURNALS:  # the hub's copies, as a pass would have left them (4 of the producer's 6)
+        with sej.Writer(str(hub / f"a.{j}")) as w:
+            w.append_many([b"m%d" % i for i in range(4)])
+    st_ = read_status(str(hub))
+    assert st_.problems == [] and sorted(st_.records) == ["a", "b"]
+    assert [(r.client_id, r.journal, r.hub_next, r.producer_next, r.lag, r.lag_bytes) for r in st_.rows] == [
+        ("a", j, 4, 6, 2, 40) for j in JOURNALS
+    ]
+    r = sej_status(hub, "--max-lag", "1")
+    assert r.returncode == 1 and "lag 2 (--max-lag 1)" in r.stderr and "client b: refused" in r.stderr
+    assert sej_status(hub, "--client", "a", "--max-lag", "2").returncode == 0
+    assert sej_status(hub, "--client", "nobody").returncode == 2
+
+    records = hub / ".sej-hub"
+    (records / "b.json").unlink()
+    os.symlink(records / "a.json", records / "c.json")  # a link: never followed
+    (records / "d.json").write_text('{"version": 1, "client_id": "d", "journals": {"x": 3}}')
+    (records / "e.json").write_bytes(b"\xff" * 10)
+    os.mkfifo(records / "f.json")  # never opened
+    (records / "a.json.tmp-123").write_text("half")  # a write under way: not a record
+    st_ = read_status(str(hub))
+    assert sorted(st_.records) == ["a"]
+    assert sorted(p.split(": ")[0].rsplit("/", 1)[-1] for p in st_.problems) == ["c.json", "d.json", "e.json", "f.json"]
+    r = sej_status(hub)
+    assert r.returncode == 1 and r.stderr.count("problem:") == 4 and "Traceback" not in r.stderr
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5),
+                    lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=12), c, max_size=6),
+                    max_leaves=20))  # fmt: skip
+def test_parse_record_rejects_any_malformed_document_with_a_value_error(doc: Any) -> None:
+    good = {"version": 1, "client_id": "a", "location": "/s", "since": 1.0, "connected": True, "passes": 1,
+            "errors": {}, "journals": {}}  # fmt: skip
+    for candidate in (doc, {**good, **doc} if isinstance(doc, dict) else doc,
+                      {**good, "journals": {"ev.1.000": doc}}):  # fmt: skip
+        try:
+            rec = parse_record(json.dumps(candidate).encode(), "a")
+        except ValueError:
+            continue
+        assert rec.client_id == "a" and all(j.messages >= 0 for j in rec.journals.values())
+    with pytest.raises(ValueError):
+        parse_record(b" " * (MAX_RECORD + 1), "a")
