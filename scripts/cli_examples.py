@@ -49,7 +49,8 @@ class Session:
             raise SystemExit(f"sej {' '.join(args)}: exit {p.returncode}, expected {expect}\n{p.stdout}{p.stderr}")
         if "Traceback" in p.stderr:
             raise SystemExit(f"sej {' '.join(args)} printed a traceback:\n{p.stderr}")
-        return self.block(args, p.stdout + p.stderr, p.returncode)
+        # Paths under the example directory are shown relative to it, as the commands name them.
+        return self.block(args, (p.stdout + p.stderr).replace(self.cwd + "/", ""), p.returncode)
 
     @staticmethod
     def block(args: tuple[str, ...] | list[str], output: str, code: int) -> str:
@@ -360,6 +361,22 @@ def page(s: Session, dir: str) -> str:
     add(s.run("verify", "legacy"))
     add(s.run("verify", "--seal", "legacy"))
     add(s.run("verify", "legacy"))
+
+    add("### `sej hub status`\n\n")
+    add(s.help("hub", "status"))
+    from sej.hub.config import loads_config
+    from sej.hub.daemon import Hub
+
+    config = loads_config('hub_root = "hub"\n[[client]]\nclient_id = "edge-1"\nlocal_root = "shards"\n', base_dir=dir)
+    with Hub(config) as hub:
+        hub.run_once()  # one pass of the daemon's, as sej-hub makes them: it writes the client's record
+    add(
+        "After one pass of `sej-hub` copying `shards` as client `edge-1` into the hub root `hub` "
+        "(docs/hub.md, \"Watching it work\"):\n\n"
+    )
+    add(s.run("hub", "status", "hub"))
+    add(s.run("hub", "status", "hub", "--json"))
+    add(s.run("hub", "status", "hub", "--max-age", "0", expect=1))
 
     add("### `sej stat`\n\n")
     add(s.help("stat"))

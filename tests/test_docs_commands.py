@@ -33,7 +33,7 @@ from .conftest import IN_CI, REPO
 
 DOCS = ("docs/hub.md", "docs/retention.md", "docs/archive.md")
 PROGRAMS = ("sej", "sej-hub", "sej-hub-cron", "sej-retention", "sej-archive", "python3", "ssh-keygen", "ssh-keyscan",
-            "systemctl", "journalctl", "mkdir", "cp", "command")  # fmt: skip
+            "systemctl", "journalctl", "mkdir", "cp", "command", "curl")  # fmt: skip
 T_APRIL = 1_712_345_678_000_000_000  # 2024-04-05T19:34:38Z
 DAY = 86400 * 10**9
 
@@ -85,6 +85,7 @@ CI = ".ci/run (from the wheel, built from a copy of the checkout as ./sej)"
 SYSTEMD = "systemd: not here; test_setting_up_a_hub_as_docs_hub_md_says checks the unit it runs"
 
 OVER_SSH = "test_the_example_configuration_of_docs_hub_md_over_ssh"
+WATCHING = "test_the_watching_commands_of_docs_hub_md"
 RETENTION = "test_the_retention_commands"
 
 COVERED: dict[str, dict[str, str]] = {
@@ -123,6 +124,12 @@ COVERED: dict[str, dict[str, str]] = {
         "sej verify": CLI_MD,
         "sej old --delete": CLI_MD,
         "sej copy": "test_the_running_commands_of_docs_hub_md",
+        "sej hub status /var/lib/sej-hub": WATCHING,
+        "sej hub status HUB_ROOT": WATCHING,
+        "systemctl status": SYSTEMD,
+        "sej hub status /var/lib/sej-hub --max-lag 1000 --max-age 120": WATCHING,
+        "curl -s http://127.0.0.1:9108/metrics | grep '^sej_hub_lag_messages'": WATCHING,
+        "curl -s http://127.0.0.1:9108/health": WATCHING,
     },
     "docs/retention.md": {
         "sej-retention /var/lib/app/events --max-age 3d --require-reader hub": RETENTION,
@@ -477,3 +484,48 @@ def test_localize() -> None:
         localize('/usr/local/bin/sej-archive "/srv/a" ~/etc/x', t, b)
         == '/opt/venv/bin/sej-archive "/tmp/x/srv/a" ~/etc/x'
     )
+
+
+def test_the_watching_commands_of_docs_hub_md(tmp_path: Path, bindir: str) -> None:
+    """The commands of "Watching it work", against a running sej-hub with metrics_listen (its port, not 9108:
+    tests run side by side) and `log_format = "json"`."""
+    import json
+
+    from testing.sshd import free_port
+
+    hub = "docs/hub.md"
+    (block,) = [b for b in blocks(hub, "sh") if "sej hub status" in b]
+    lines = [re.sub(r"\s+#\s.*$", "", x).strip() for x in block.splitlines() if x.strip()]
+    assert len(lines) == 4 and all(documented(hub, x) for x in lines)
+    producer, hub_root = tmp_path / "var" / "lib" / "app", tmp_path / "var" / "lib" / "sej-hub"
+    port = free_port()
+    config = tmp_path / "etc" / "sej" / "hub.toml"
+    local_config(config, hub_root, producer)
+    config.write_text(config.read_text().replace("poll_interval = 0.2\n", f'poll_interval = 0.2\nmetrics_listen = '
+                                                 f'"127.0.0.1:{port}"\nlog_format = "json"\n'))  # fmt: skip
+    produce(producer / "ev.1.000", 20)
+    p = subprocess.Popen([f"{bindir}/sej-hub", "--config", str(config)], env=env(bindir), text=True,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    try:
+        wait_until(lambda: copied(producer / "ev.1.000", hub_root / "app.ev.1.000") or p.poll() is not None,
+                   scaled(30), "the first copy")  # fmt: skip
+        wait_until(lambda: (hub_root / ".sej-hub" / "app.json").exists() or p.poll() is not None, scaled(30),
+                   "the client's record")  # fmt: skip
+        assert p.poll() is None
+        table = sh(lines[0], tmp_path, bindir).stdout.splitlines()
+        assert table[0].split()[:2] == ["CLIENT", "JOURNAL"] and table[1].split()[:6] == ["app", "ev.1.000", "20",
+                                                                                        "20", "0", "0"]  # fmt: skip
+        sh(lines[1], tmp_path, bindir)  # exit 0: nothing behind
+        here = [x.replace("9108", str(port)) for x in lines[2:]]
+        lag = sh(here[0], tmp_path, bindir).stdout.splitlines()
+        assert lag == ['sej_hub_lag_messages{client="app",journal="ev.1.000"} 0.0'], lag
+        assert json.loads(sh(here[1], tmp_path, bindir).stdout)["status"] == "ok"
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=scaled(30))
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert p.returncode == 0
+    docs = [json.loads(line) for line in err.splitlines()]  # log_format = "json": each line one object
+    assert any(d.get("summary") and d["client"] == "app" and d["messages"] == 20 for d in docs), docs
