@@ -372,7 +372,7 @@ def page(s: Session, dir: str) -> str:
         hub.run_once()  # one pass of the daemon's, as sej-hub makes them: it writes the client's record
     add(
         "After one pass of `sej-hub` copying `shards` as client `edge-1` into the hub root `hub` "
-        "(docs/hub.md, \"Watching it work\"):\n\n"
+        '(docs/hub.md, "Watching it work"):\n\n'
     )
     add(s.run("hub", "status", "hub"))
     add(s.run("hub", "status", "hub", "--json"))
