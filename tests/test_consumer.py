@@ -468,8 +468,11 @@ class Member:
         wait_until(lambda: self.lines.queue and self.lines.queue[-1] is None, scaled(30), f"{self.name}'s output")
         self.drain()
         self.died = t
+        # It died after the signal was sent and after everything it printed (it may print between the clock
+        # read above and the signal, when this process is descheduled): its locks were released after both.
+        last = max((when for when, _, _ in self.msgs), default=t)
         for j in self.held:
-            self.spans.append((j, self.since.pop(j), t))
+            self.spans.append((j, self.since.pop(j), max(t, last)))
         return t
 
 

@@ -564,7 +564,7 @@ class Hub:
         on the event, whose lock a handler running in the same thread could otherwise deadlock on).
         `on_report` is called (from the client's thread) after each pass. `on_ready` is called once
         (from the calling thread) when every client has made its first connection attempt (or after
-        CONNECT_TIMEOUT + 1 s, whichever comes first), `on_tick` every SUPERVISE_INTERVAL from it.
+        CONNECT_TIMEOUT + 1 s, whichever comes first), `on_tick` every SUPERVISE_INTERVAL from it after that.
         """
         cfg = self.config
         log.info(
@@ -585,13 +585,13 @@ class Hub:
                 for t in threads:
                     t.start()
                 ready_by = time.monotonic() + CONNECT_TIMEOUT + 1
+                ready = False
                 while not stop.is_set():
-                    if on_ready is not None and (
-                        all(c.attempted.is_set() for c in self._clients) or time.monotonic() >= ready_by
-                    ):
-                        on_ready()
-                        on_ready = None
-                    if on_tick is not None:
+                    if not ready and (all(c.attempted.is_set() for c in self._clients) or time.monotonic() >= ready_by):
+                        ready = True
+                        if on_ready is not None:
+                            on_ready()
+                    if ready and on_tick is not None:  # after on_ready: systemd's watchdog counts from READY=1
                         on_tick()
                     time.sleep(SUPERVISE_INTERVAL)
                 log.info("stopping: finishing the current chunks")
