@@ -243,7 +243,14 @@ def test_json_logs_and_the_summary_on_a_stop_during_the_poll_wait(tmp_path: Path
     assert copied["client"] == "a" and copied["messages"] == 24 and copied["journals"] == 2 and copied["seconds"] >= 0
     per_journal = [d for d in docs if d.get("journal") in JOURNALS and "hub_next" in d]
     assert sorted(d["journal"] for d in per_journal) == list(JOURNALS)
-    assert all(d["hub_next"] == d["producer_next"] == 12 and d["lag_bytes"] == 0 for d in per_journal)
+    # The lag is what the pass found the hub behind by, before copying it: all 12 messages, all their bytes.
+    sizes = {j: sum(os.path.getsize(p) for p in (root / j / "jnl").glob("*.jnl")) for j in JOURNALS}
+    assert all(d["hub_next"] == d["producer_next"] == d["lag"] == 12 for d in per_journal), per_journal
+    assert all(d["lag_bytes"] == sizes[d["journal"]] > 0 for d in per_journal), per_journal
+    record = json.loads((tmp_path / "hub" / ".sej-hub" / "a.json").read_text())  # written at the stop
+    assert {j: (r["lag"], r["lag_bytes"]) for j, r in record["journals"].items()} == {
+        j: (12, sizes[j]) for j in JOURNALS
+    }
     (summary,) = [d for d in docs if d.get("summary")]
     assert summary["level"] == "INFO" and summary["client"] == "a" and summary["messages"] == 24
     assert summary["passes"] == 1 and docs.index(summary) < len(docs) - 1
@@ -368,7 +375,7 @@ def test_status_records_are_read_as_hostile_input(tmp_path: Path) -> None:
     book = StatusBook(str(hub), [("a", str(src)), ("b", "elsewhere")])
     from sej.hub.status import JournalPass
 
-    book.record("a", [JournalPass(j, 4, 6, 40, 4, 100) for j in JOURNALS], 0.01)
+    book.record("a", [JournalPass(j, 4, 6, 2, 40, 4, 100) for j in JOURNALS], 0.01)
     book.record("b", [], 0.01, ("connection", "refused"))
     book.write()
     for j in JOURNALS:  # the hub's copies, as a pass would have left them (4 of the producer's 6)
@@ -414,3 +421,108 @@ def test_parse_record_rejects_any_malformed_document_with_a_value_error(doc: Any
         assert rec.client_id == "a" and all(j.messages >= 0 for j in rec.journals.values())
     with pytest.raises(ValueError):
         parse_record(b" " * (MAX_RECORD + 1), "a")
+
+
+# -- the daemon's own judgement: liveness, error kinds, freshness, lag arithmetic ---------------------------
+
+
+def test_alive_is_false_for_a_pass_without_progress_and_true_between_passes(tmp_path: Path, monkeypatch) -> None:
+    from sej.hub import daemon as d
+
+    config = loads_config(BASE.format("").replace('"/h"', f'"{tmp_path / "h"}"').replace('"/s"', f'"{tmp_path}"'))
+    with d.Hub(config, records=False) as hub:
+        (client,) = hub._clients
+        assert hub.alive()  # no pass yet
+        release = threading.Event()
+        stuck = threading.Thread(target=release.wait, daemon=True)  # a pass in a call that does not return
+        stuck.start()
+        client._pass = stuck
+        client.progress = time.monotonic()
+        assert hub.alive()  # progress is recent
+        client.progress = time.monotonic() - d.STUCK - 1
+        assert not hub.alive()  # systemd's watchdog then restarts the hub
+        release.set()
+        stuck.join()
+        assert hub.alive()  # the pass returned
+        client.beat = time.monotonic() - d.LIVENESS - 1  # a supervisor that no longer looks at its pass
+        assert not hub.alive()
+        client.beat = None  # between passes (a backoff wait, however long)
+        assert hub.alive()
+
+
+def test_error_kinds() -> None:
+    from sej.errors import ChecksumError
+    from sej.hub.copy import CopyError
+    from sej.hub.daemon import StalledError, error_kind
+    from sej.hub.source import SourceError
+
+    cause = CopyError("client a, journal j: checksum")
+    cause.__cause__ = ChecksumError("seg", 0, 10, "mismatch")
+    assert [error_kind(e) for e in (cause, CopyError("x"), StalledError("x"), SourceError("x"),
+                                    ConnectionRefusedError(111, "refused"), OSError("Unable to connect"),
+                                    OSError(28, "No space left on device"), TimeoutError(), EOFError(),
+                                    ValueError())] == [
+        "checksum", "copy", "stalled", "source", "connection", "connection", "io", "connection", "connection", "other"
+    ]  # fmt: skip
+
+
+def test_health_counts_a_long_pass_that_copies_as_fresh() -> None:
+    now = [1000.0]
+    book = StatusBook(None, [("a", "/s")], clock=lambda: now[0])
+    from sej.hub.status import JournalPass
+
+    book.record("a", [JournalPass("ev.1.000", 5, 5, 5, 50, 5, 50)], 0.1)
+    assert book.stale(30) == []
+    book.pass_started("a")  # a catch-up pass of minutes
+    now[0] += 100
+    assert [c for c, _ in book.stale(30)] == ["a"]  # nothing written for 100 s: stale
+    book.progress("a")
+    now[0] += 10
+    assert book.stale(30) == []  # it writes: not stale
+    book.record("a", [], 120.0, ("connection", "lost"))  # it ended failing: its progress no longer counts
+    assert [c for c, _ in book.stale(30)] == ["a"]
+
+
+def test_seen_lag_is_what_the_pass_found_before_copying() -> None:
+    from sej.hub.batch import seen_lag
+    from sej.hub.copy import CopyResult
+    from sej.hub.source import SourceSegment
+
+    segs = [SourceSegment(0, f"{0:016x}.jnl", 1000), SourceSegment(40, f"{40:016x}.jnl", 300)]
+    # the hub had 600 bytes of the first segment; it copied the rest and the second: 40 + 12 messages
+    done = CopyResult("j", "/h/c.j", 25, 700, 52, f"{40:016x}.jnl", 300)
+    assert seen_lag(segs, (f"{0:016x}.jnl", 600), done) == (700, 25, 52)
+    # stopped after the first segment: 300 bytes left, of at least the messages up to offset 40
+    part = CopyResult("j", "/h/c.j", 13, 400, 40, f"{0:016x}.jnl", 1000)
+    assert seen_lag(segs, (f"{0:016x}.jnl", 600), part) == (700, 13, 40)
+    assert seen_lag(None, None, done) == (None, None, None)
+
+
+def test_records_of_clients_no_longer_configured_are_removed(tmp_path: Path) -> None:
+    hub = tmp_path / "hub"
+    StatusBook(str(hub), [("a", "/s"), ("gone", "/t")]).write()
+    os.symlink(hub / ".sej-hub" / "a.json", hub / ".sej-hub" / "link.json")
+    book = StatusBook(str(hub), [("a", "/s")])
+    book.forget_others()
+    assert sorted(os.listdir(hub / ".sej-hub")) == ["a.json"]  # the link is removed, its target is not
+
+
+def test_metrics_histogram_keeps_every_bucket() -> None:
+    from sej.hub.metrics import HubCollector
+    from sej.hub.status import PASS_BUCKETS
+
+    book = StatusBook(None, [("a", "/s")])
+    for seconds in (0.01, 200.0, 1000.0):
+        book.record("a", [], seconds)
+    (hist,) = [f for f in HubCollector(book).collect() if f.name == "sej_hub_pass_duration_seconds"]
+    buckets = {s.labels["le"]: s.value for s in hist.samples if s.name.endswith("_bucket")}
+    assert len(buckets) == len(PASS_BUCKETS) + 1 and buckets["300.0"] == 2 and buckets["+Inf"] == 3
+
+
+def test_parse_record_refuses_deep_nesting_and_non_finite_numbers() -> None:
+    with pytest.raises(ValueError, match="nested"):
+        parse_record(b"[" * 100_000, "a")
+    good = {"version": 1, "client_id": "a", "location": "/s", "since": 1.0, "connected": True, "passes": 1,
+            "errors": {}, "journals": {}, "last_success": float("inf")}  # fmt: skip
+    with pytest.raises(ValueError, match="last_success"):
+        parse_record(json.dumps(good).encode(), "a")

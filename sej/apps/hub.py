@@ -25,6 +25,7 @@ import signal
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
@@ -33,7 +34,7 @@ from typing import IO, NoReturn
 import click
 
 from .. import __version__
-from ..errors import LockedError
+from ..errors import CorruptionWarning, LockedError
 from ..hub.config import HubConfig, load_config
 from ..hub.daemon import ClientReport, Hub, lock_hub, lock_path
 from ..hub.location import transport_errors
@@ -81,22 +82,30 @@ def setup_logging(level: str, log_format: str = "text") -> None:
     root.setLevel(level)
     # paramiko says "Connected (version ...)" and "Authentication ... successful" at INFO on every connect.
     logging.getLogger("paramiko").setLevel(level if level == "DEBUG" else "WARNING")
+    # Python warnings go through the log too (with log_format = "json", every line on stderr is one object);
+    # recovery's CorruptionWarning is already logged by sej itself, as a warning of the logger "sej".
+    warnings.filterwarnings("ignore", category=CorruptionWarning)
+    logging.captureWarnings(True)
 
 
 def quiet_prefetch_errors() -> None:
     """Log, in one line, the error paramiko's SFTP prefetch thread dies of when a connection drops.
 
     The read that started the prefetch fails with that error too and is reported per journal,
-    so the thread's traceback on stderr would only repeat it.
+    so the thread's traceback on stderr would only repeat it. Any other uncaught error of a thread
+    is logged (with its traceback) instead of printed raw.
     """
-    default = threading.excepthook
 
     def hook(args: threading.ExceptHookArgs) -> None:
         name = args.thread.name if args.thread is not None else ""
         if "_prefetch_thread" in name and isinstance(args.exc_value, transport_errors()):
             log.debug("SFTP prefetch stopped: %s", args.exc_value)
             return
-        default(args)
+        if args.exc_type is SystemExit:
+            return
+        # Through the log (one JSON object with log_format = "json"), not Python's raw traceback on stderr.
+        log.error("unexpected error in thread %s: %s", name or "?", args.exc_value or args.exc_type.__name__,
+                  exc_info=args.exc_value)  # fmt: skip
 
     threading.excepthook = hook
 

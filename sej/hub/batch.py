@@ -60,25 +60,34 @@ class JournalOutcome(NamedTuple):
     journal: str
     result: CopyResult | None
     error: BaseException | None
-    lag_bytes: int | None = None  # bytes the source had, as the pass last saw it, that the hub lacks
-    producer_next: int | None = None  # the source's next offset as last seen: exact when lag_bytes is 0,
-    # else a lower bound (the first offset of its last segment: messages are counted only when copied)
+    # What the pass found the hub behind by, when it looked (probe or listing), before copying it:
+    lag_bytes: int | None = None  # the bytes the source had beyond the hub's end
+    lag_messages: int | None = None  # their messages: those copied, and at least one per further segment
+    producer_next: int | None = None  # the source's next offset as last seen (exact when all was copied)
 
 
-def seen_lag(segments: list[SourceSegment] | None, result: CopyResult | None) -> tuple[int | None, int | None]:
-    """(lag_bytes, producer_next) of a journal after its copy: the source's segments as listed or probed
-    against the hub's tail now (the hub's segments are byte copies of the source's, named alike)."""
-    if segments is None or result is None:
-        return None, None
-    lag = 0
-    producer_next = result.next_offset
+def _beyond(segments: list[SourceSegment], name: str, size: int, next_offset: int) -> tuple[int, int]:
+    """(bytes, a lower bound of the next offset) of the source's segments beyond a hub tail."""
+    nbytes, producer_next = 0, next_offset
     for seg in segments:
-        if result.segment and seg.name < result.segment:
+        if name and seg.name < name:
             continue  # copied whole before the hub's last segment
-        lag += max(0, seg.size - result.size) if seg.name == result.segment else seg.size
-        if seg.name != result.segment and seg.size:
+        nbytes += max(0, seg.size - size) if seg.name == name else seg.size
+        if seg.name != name and seg.size:
             producer_next = max(producer_next, seg.first_offset)
-    return lag, producer_next
+    return nbytes, producer_next
+
+
+def seen_lag(segments: list[SourceSegment] | None, before: tuple[str, int] | None,
+             result: CopyResult | None) -> tuple[int | None, int | None, int | None]:  # fmt: skip
+    """(lag_bytes, lag_messages, producer_next) of a journal's copy: the source's segments as listed or probed,
+    against the hub's tail before the copy (`before`: name, size) and after it (the hub's segments are byte
+    copies of the source's, named alike)."""
+    if segments is None or result is None or before is None:
+        return None, None, None
+    lag_bytes, _ = _beyond(segments, *before, result.next_offset)
+    _, producer_next = _beyond(segments, result.segment, result.size, result.next_offset)
+    return lag_bytes, result.messages + producer_next - result.next_offset, producer_next
 
 
 class Tail(NamedTuple):
@@ -292,6 +301,7 @@ class _Plan:
         self.data: dict[str, tuple[int, bytes, bool]] = {}
         self.grown = False  # probed: only its hub's last segment grew, so it was not listed
         self.big = False  # more to copy than PREFETCH_PER_JOURNAL: copy_journal reads it itself
+        self.hub_tail: tuple[str, int] | None = None  # the hub's last segment (name, size) before the copy
 
     def plan_reads(self) -> None:
         """Plan the reads of what the hub lacks, if that is at most PREFETCH_PER_JOURNAL bytes.
@@ -300,7 +310,7 @@ class _Plan:
         worker's own channel, several journals at once, and nothing is read twice.
         """
         assert self.segments is not None
-        have_name, have_size = _hub_tail(self.dest_dir)
+        have_name, have_size = self.hub_tail = _hub_tail(self.dest_dir)
         reads = []
         for seg in self.segments:
             if have_name and seg.name < have_name:
@@ -409,7 +419,11 @@ def copy_all(
                         try:
                             result = copy_journal(src, p.journal, dest_root, client_id, reader, stop, on_bytes,
                                                   destinations=destinations)  # fmt: skip
-                            return p, JournalOutcome(p.journal, result, None, *seen_lag(p.segments, result)), src
+                            return (
+                                p,
+                                JournalOutcome(p.journal, result, None, *seen_lag(p.segments, p.hub_tail, result)),
+                                src,
+                            )
                         except Exception as e:  # reported per journal; the others go on
                             log.error("%s", e, extra={"client": client_id, "journal": p.journal})
                             return p, JournalOutcome(p.journal, None, e), src
@@ -424,7 +438,7 @@ def copy_all(
                         if p.grown and outcome.result is not None:
                             grown.append(p)
                     with took("commit"):
-                        _commit(spread if remote else lister.many, done, reader, state, outcomes)
+                        _commit(spread if remote else lister.many, done, reader, state, outcomes, client_id)
                 with took("probe"):
                     work = _rolled_over(lister, grown, state)
                 if not work:
@@ -458,7 +472,7 @@ def _probe(lister: Source, plans: list[_Plan], outcomes: dict[str, JournalOutcom
         if size == p.tail.size and following is None:
             t = p.tail
             outcomes[p.journal] = JournalOutcome(p.journal, CopyResult(p.journal, p.dest_dir, 0, 0, t.next_offset,
-                                                                       t.segment, t.size), None, 0,
+                                                                       t.segment, t.size), None, 0, 0,
                                                  t.next_offset)  # fmt: skip
         elif isinstance(size, int) and size > p.tail.size and following is None:
             # It grew. The writer may have rolled over since (to a segment named by the offset after
@@ -483,11 +497,20 @@ def _rolled_over(lister: Source, grown: list[_Plan], state: CopyState) -> list[_
 
 
 def _added(before: JournalOutcome | None, after: JournalOutcome) -> JournalOutcome:
-    """A journal's outcome over two copies in one pass: the messages and bytes of both."""
-    if before is None or before.result is None or after.result is None:
+    """A journal's outcome over two copies in one pass: the messages and bytes of both. When the second
+    failed, the result of the first stays with its error: those messages are at the hub."""
+    if before is None or before.result is None:
         return after
+    if after.result is None:
+        return after._replace(result=before.result, lag_bytes=before.lag_bytes, lag_messages=before.lag_messages,
+                              producer_next=before.producer_next)  # fmt: skip
     b, a = before.result, after.result
-    return after._replace(result=a._replace(messages=b.messages + a.messages, bytes=b.bytes + a.bytes))
+    lag_bytes = None if before.lag_bytes is None or after.lag_bytes is None else before.lag_bytes + after.lag_bytes
+    lag = (
+        None if before.lag_messages is None or after.lag_messages is None else before.lag_messages + after.lag_messages
+    )
+    return after._replace(result=a._replace(messages=b.messages + a.messages, bytes=b.bytes + a.bytes),
+                          lag_bytes=lag_bytes, lag_messages=lag)  # fmt: skip
 
 
 def _list(lister: Source, work: list[_Plan], reader: str) -> None:
@@ -554,6 +577,7 @@ def _commit(
     reader: str,
     state: CopyState,
     outcomes: dict[str, JournalOutcome],
+    client_id: str,
 ) -> None:
     """Commit the hub offsets the copies asked for, all at once (each copy has been fsynced)."""
     calls: list[Call] = []
@@ -568,9 +592,9 @@ def _commit(
             state.remember_committed(p.journal, p.committed)
     for (p, _o, value), got in zip(asked, many(calls), strict=True):
         if isinstance(got, BaseException):
-            log.error("%s", got, extra={"journal": p.journal, "committing": value})
+            log.error("%s", got, extra={"client": client_id, "journal": p.journal, "committing": value})
             state.remember_committed(p.journal, None)
-            outcomes[p.journal] = JournalOutcome(p.journal, None, got)
+            outcomes[p.journal] = outcomes[p.journal]._replace(error=got)  # copied (and counted), not committed
         else:
             state.remember_committed(p.journal, value)
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -80,13 +81,20 @@ LIVENESS = 30.0
 """Seconds a client's pass supervisor may go without looking at its pass before `Hub.alive()` says no
 (sej-hub then stops its systemd watchdog pings): it looks every SUPERVISE_INTERVAL while it lives."""
 
+STUCK = 420.0
+"""Seconds a pass (running, or abandoned and still in a call) may go without progress (a call to the
+producer returned, bytes written at the hub) before `Hub.alive()` says no: longer than the stall watchdog
+(STALL_TIMEOUT) takes to end a stalled SSH call, so only what nothing can end counts: a hub-side write or
+fsync on a hung file system, a local call stuck in the kernel."""
+
 
 class StalledError(SejError):
     """A call to a producer did not return within STALL_TIMEOUT (or in time after stop): the pass was left."""
 
 
 def error_kind(e: BaseException) -> str:
-    """The kind of an error, for the errors metric: checksum, corrupt, copy, stalled, source, connection, other."""
+    """The kind of an error, for the errors metric: checksum, corrupt, copy, stalled, source, connection, io
+    (a file system call failed: the hub's disk full, a permission, a local producer), other."""
     if isinstance(e, ChecksumError) or isinstance(e.__cause__, ChecksumError):
         return "checksum"
     if isinstance(e, CorruptionError) or isinstance(e.__cause__, CorruptionError):
@@ -97,7 +105,11 @@ def error_kind(e: BaseException) -> str:
         return "stalled"
     if isinstance(e, SourceError):
         return "source"
-    if isinstance(e, transport_errors()):
+    if isinstance(e, (ConnectionError, TimeoutError, EOFError, socket.gaierror)):
+        return "connection"
+    if isinstance(e, OSError):  # paramiko's "Unable to connect" has no errno; a file system error has one
+        return "connection" if e.errno is None else "io"
+    if isinstance(e, transport_errors()):  # paramiko's SSHException
         return "connection"
     return "other"
 
@@ -135,10 +147,12 @@ class ClientReport:
         out = []
         for o in self.outcomes:
             r = o.result
-            if o.error is not None:
-                out.append(JournalPass(o.journal, None, None, None, 0, 0, str(o.error), error_kind(o.error)))
+            if o.error is not None:  # it may have copied before it failed (a follow-up copy, the commit)
+                out.append(JournalPass(o.journal, r and r.next_offset, None, None, None, r.messages if r else 0,
+                                       r.bytes if r else 0, str(o.error), error_kind(o.error)))  # fmt: skip
             elif r is not None:
-                out.append(JournalPass(o.journal, r.next_offset, o.producer_next, o.lag_bytes, r.messages, r.bytes))
+                out.append(JournalPass(o.journal, r.next_offset, o.producer_next, o.lag_messages, o.lag_bytes,
+                                       r.messages, r.bytes))  # fmt: skip
         return out
 
     def client_error(self) -> tuple[str, str] | None:
@@ -291,6 +305,8 @@ class _Client:
         self._pass: threading.Thread | None = None  # the last pass started (alive: running, or abandoned)
         self.attempted = threading.Event()  # the first connection attempt was made (or a local client's pass ran)
         self.beat: float | None = None  # monotonic time run_pass_bounded last looked at its pass; None outside
+        self.progress = time.monotonic()  # the last sign of progress of a pass: started, a call returned, bytes
+        self.on_bytes: Callable[[int], None] | None = None  # told of the bytes a pass writes (the status book)
 
     @contextmanager
     def call(self) -> Iterator[None]:
@@ -303,6 +319,7 @@ class _Client:
         finally:
             with self._calls_lock:
                 del self._calls[token]
+            self.progress = time.monotonic()
 
     def close_if_stalled(self, limit: float) -> bool:
         """When a call has been under way for more than `limit` seconds: mark the pass stalled and close the
@@ -354,7 +371,7 @@ class _Client:
                 box.append(ClientReport(cid, error=e))
 
         t = self._pass = threading.Thread(target=run, name=f"sej-hub-pass-{cid}", daemon=True)
-        started = self.beat = time.monotonic()
+        started = self.beat = self.progress = time.monotonic()
         try:
             return self._supervise(t, box, stop, started)
         finally:
@@ -421,6 +438,12 @@ class _Client:
 
         return make
 
+    def _copied(self, nbytes: int) -> None:
+        """Bytes written at the hub: progress (for Hub.alive), and for the status book (/health in a long pass)."""
+        self.progress = time.monotonic()
+        if self.on_bytes is not None:
+            self.on_bytes(nbytes)
+
     def _tell_skip(self, name: str, why: str) -> None:
         """Warn once per directory of the client's root that is not a journal (every pass lists them)."""
         if name not in self.skips_told:
@@ -438,7 +461,7 @@ class _Client:
         try:
             make_source = self._sources()
             report.outcomes = copy_all(make_source, self.hub.hub_root, cid, self.hub.hub_name, self.hub.workers, stop,
-                                       on_skip=self._tell_skip, state=self.state,
+                                       on_bytes=self._copied, on_skip=self._tell_skip, state=self.state,
                                        destinations=self.destinations)  # fmt: skip
             if not report.outcomes and not self.told_empty:
                 self.told_empty = True
@@ -475,7 +498,8 @@ class _Client:
                                        o.journal, o.result.messages, o.result.next_offset,
                                        extra={"journal": o.journal, "messages": o.result.messages,
                                               "bytes": o.result.bytes, "hub_next": o.result.next_offset,
-                                              "producer_next": o.producer_next, "lag_bytes": o.lag_bytes})  # fmt: skip
+                                              "producer_next": o.producer_next, "lag": o.lag_messages,
+                                              "lag_bytes": o.lag_bytes})  # fmt: skip
         elif report.error is None:
             self.log.debug("client %s: nothing new in %d journals (%.2fs)", cid, len(report.outcomes), report.seconds,
                            extra=fields)  # fmt: skip
@@ -503,9 +527,12 @@ class Hub:
         # What /metrics, /health and `sej hub status` (from the records in the hub root) show.
         self.status = StatusBook(config.hub_root if records else None,
                                  [(c.cfg.client_id, c.label) for c in self._clients])  # fmt: skip
+        for c in self._clients:
+            c.on_bytes = lambda n, cid=c.cfg.client_id: self.status.progress(cid)
 
     def _pass(self, client: _Client, stop: threading.Event, level: int = logging.INFO) -> ClientReport:
         """One bounded pass of a client, recorded in the StatusBook."""
+        self.status.pass_started(client.cfg.client_id)
         report = client.run_pass_bounded(stop, level)
         try:
             local = client.cfg.is_local
@@ -516,9 +543,16 @@ class Hub:
         return report
 
     def alive(self) -> bool:
-        """Every client's pass supervisor is looking at its pass, or between passes (for systemd's watchdog)."""
+        """For systemd's watchdog: every client's pass supervisor looks at its pass (or is between passes),
+        and no pass, running or abandoned, has gone STUCK seconds without progress."""
         now = time.monotonic()
-        return all(c.beat is None or now - c.beat < LIVENESS for c in self._clients)
+        for c in self._clients:
+            if c.beat is not None and now - c.beat >= LIVENESS:
+                return False
+            busy = c._pass
+            if busy is not None and busy.is_alive() and now - c.progress >= STUCK:
+                return False
+        return True
 
     def run_once(self, stop: threading.Event | None = None) -> list[ClientReport]:
         """One pass over every client (all at once); one report per client, in config order.
@@ -528,6 +562,7 @@ class Hub:
         stop = stop if stop is not None else threading.Event()
         if stop.is_set():
             return []
+        self.status.forget_others()
         with self._watchdog(), ThreadPoolExecutor(len(self._clients), thread_name_prefix="sej-hub") as pool:
             reports = list(pool.map(lambda c: self._pass(c, stop), self._clients))
         self.status.write()
@@ -574,6 +609,7 @@ class Hub:
             cfg.hub_name,
             cfg.poll_interval,
         )
+        self.status.forget_others()
         threads = [
             threading.Thread(
                 target=self._loop, args=(c, stop, on_report), name=f"sej-hub-{c.cfg.client_id}", daemon=True

@@ -15,7 +15,7 @@ import logging
 import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from socketserver import ThreadingMixIn
+from socketserver import TCPServer, ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
@@ -45,15 +45,17 @@ class HubCollector:
         hub_next = GaugeMetricFamily("sej_hub_next_offset", "The hub's next offset of the journal.", labels=cj)
         producer_next = GaugeMetricFamily(
             "sej_hub_producer_next_offset",
-            "The producer's next offset as the last pass saw it (a lower bound while lag bytes remain).",
+            "The producer's next offset as the last pass saw it (exact when it copied all it saw).",
             labels=cj,
         )
-        lag = GaugeMetricFamily("sej_hub_lag_messages", "Messages the hub lacks, as last seen.", labels=cj)
-        lag_bytes = GaugeMetricFamily("sej_hub_lag_bytes", "Bytes the hub lacks, as last seen.", labels=cj)
+        lag = GaugeMetricFamily("sej_hub_lag_messages", "Messages the hub was behind when the last pass looked.",
+                                labels=cj)  # fmt: skip
+        lag_bytes = GaugeMetricFamily("sej_hub_lag_bytes", "Bytes the hub was behind when the last pass looked.",
+                                      labels=cj)  # fmt: skip
         failing = GaugeMetricFamily("sej_hub_journal_failing", "1 if the journal's last copy failed.", labels=cj)
         age = GaugeMetricFamily(
             "sej_hub_seconds_since_success",
-            "Seconds since the client's last pass without failures (since the hub started, before one).",
+            "Seconds since the client's last pass without failures (or bytes written by the pass under way).",
             labels=c,
         )
         last = GaugeMetricFamily(
@@ -76,7 +78,7 @@ class HubCollector:
             for bound, n in zip(PASS_BUCKETS, s.pass_buckets, strict=True):
                 cumulative += n
                 buckets.append((repr(bound), cumulative))
-            buckets[-1] = ("+Inf", s.passes)
+            buckets.append(("+Inf", s.passes))
             passes.add_metric([cid], buckets, s.pass_seconds_sum)
             for name, j in sorted(s.journals.items()):
                 labels = [cid, name]
@@ -135,12 +137,25 @@ def wsgi_app(book: StatusBook, max_age: float) -> Callable[[dict[str, Any], Star
 class _Server(ThreadingMixIn, WSGIServer):
     daemon_threads = True  # a scrape in progress never holds up the hub's exit
 
+    def server_bind(self) -> None:
+        # HTTPServer.server_bind looks the host up in DNS (getfqdn), which can stall the hub's start.
+        TCPServer.server_bind(self)
+        host, port = self.server_address[:2]
+        self.server_name, self.server_port = str(host), int(port)
+        self.setup_environ()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A scraper that hangs up mid-request: one line at DEBUG, not a traceback on stderr.
+        log.debug("metrics endpoint: a request from %s failed", client_address, exc_info=True)
+
 
 class _Server6(_Server):
     address_family = socket.AF_INET6
 
 
 class _QuietHandler(WSGIRequestHandler):
+    timeout = 10  # seconds: an idle or slow connection is closed, so scrapers cannot pile up threads
+
     def log_message(self, format: str, *args: Any) -> None:  # scrapes every few seconds: not worth a line
         pass
 

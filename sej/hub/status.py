@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import threading
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ..errors import SejError
@@ -40,7 +41,7 @@ REFRESH_EVERY = 5.0
 """Seconds between two writes of an unchanged record (its last successful pass moves on)."""
 
 PASS_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
-"""Upper bounds (seconds) of the pass-duration histogram."""
+"""Upper bounds (seconds) of the pass-duration histogram (and +Inf)."""
 
 
 @dataclass
@@ -49,18 +50,12 @@ class JournalStatus:
 
     journal: str  # the producer's journal name (the hub's is <client-id>.<journal>)
     hub_next: int | None = None  # the hub's next offset after the last pass
-    producer_next: int | None = None  # the producer's, as last seen: exact when lag_bytes is 0, else at least
-    lag_bytes: int | None = None  # bytes the producer had, as last seen, that the hub lacks
+    producer_next: int | None = None  # the producer's as the last pass saw it (exact when it copied all it saw)
+    lag: int | None = None  # messages the hub was behind when the last pass looked, before it copied them
+    lag_bytes: int | None = None  # bytes, likewise
     messages: int = 0  # copied since the daemon started
     bytes: int = 0
     error: str | None = None  # the last pass's error for this journal
-
-    @property
-    def lag(self) -> int | None:
-        """Messages behind the producer as last seen (at least that many while lag_bytes > 0)."""
-        if self.hub_next is None or self.producer_next is None:
-            return None
-        return max(0, self.producer_next - self.hub_next)
 
 
 @dataclass
@@ -78,13 +73,19 @@ class ClientStatus:
     errors: dict[str, int] = field(default_factory=dict)  # kind -> count since the daemon started
     last_error: str | None = None
     journals: dict[str, JournalStatus] = field(default_factory=dict)
-    pass_buckets: list[int] = field(default_factory=lambda: [0] * len(PASS_BUCKETS))  # not cumulative
+    pass_buckets: list[int] = field(default_factory=lambda: [0] * len(PASS_BUCKETS))  # not cumulative; +Inf apart
     pass_seconds_sum: float = 0.0
     written: float | None = None  # read from a record: when the daemon wrote it (wall clock)
+    in_pass: bool = False
+    last_progress: float | None = None  # bytes last written at the hub by the pass under way
 
     def age(self, now: float) -> float:
-        """Seconds since the last successful pass (or since the daemon started watching, before one)."""
-        return max(0.0, now - (self.last_success if self.last_success is not None else self.since))
+        """Seconds since the last successful pass (or since the daemon started watching, before one), or since
+        the pass under way last wrote bytes at the hub, if later: a long catch-up copy is not stale."""
+        fresh = self.last_success if self.last_success is not None else self.since
+        if self.in_pass and self.last_progress is not None:
+            fresh = max(fresh, self.last_progress)
+        return max(0.0, now - fresh)
 
     def to_json(self) -> dict[str, Any]:
         doc = asdict(self)
@@ -99,6 +100,7 @@ class JournalPass:
     journal: str
     hub_next: int | None
     producer_next: int | None
+    lag: int | None
     lag_bytes: int | None
     messages: int
     bytes: int
@@ -117,8 +119,20 @@ class StatusBook:
         now = clock()
         self._clients = {cid: ClientStatus(cid, where, now) for cid, where in clients}
         self._lock = threading.Lock()
+        self._write_lock = threading.Lock()  # one write at a time: an older document never replaces a newer one
         self._written: dict[str, float] = {}  # client -> monotonic time of its last record
         self._dirty: set[str] = set()
+
+    def pass_started(self, client_id: str) -> None:
+        with self._lock:
+            c = self._clients[client_id]
+            c.in_pass, c.last_progress = True, None
+
+    def progress(self, client_id: str) -> None:
+        """The pass under way wrote bytes at the hub."""
+        now = self.clock()
+        with self._lock:
+            self._clients[client_id].last_progress = now
 
     def connected(self, client_id: str, connected: bool) -> None:
         with self._lock:
@@ -133,11 +147,14 @@ class StatusBook:
         now = self.clock()
         with self._lock:
             c = self._clients[client_id]
+            c.in_pass, c.last_progress = False, None
             c.passes += 1
             c.last_pass_end = now
             c.last_pass_seconds = seconds
             c.pass_seconds_sum += seconds
-            c.pass_buckets[min(bisect_left(PASS_BUCKETS, seconds), len(PASS_BUCKETS) - 1)] += 1
+            k = bisect_left(PASS_BUCKETS, seconds)
+            if k < len(PASS_BUCKETS):  # longer passes count in +Inf only (passes)
+                c.pass_buckets[k] += 1
             ok = client_error is None
             if client_error is not None:
                 kind, text = client_error
@@ -149,20 +166,20 @@ class StatusBook:
                 if j is None:
                     j = c.journals[jp.journal] = JournalStatus(jp.journal)
                     changed = True
+                j.messages += jp.messages  # also when the pass failed after copying them: they are at the hub
+                j.bytes += jp.bytes
+                if jp.hub_next is not None:
+                    j.hub_next = jp.hub_next
                 if jp.error is not None:
                     ok, changed = False, True
                     kind = jp.error_kind or "journal"
                     c.errors[kind] = c.errors.get(kind, 0) + 1
                     c.last_error = j.error = jp.error
                     continue
-                changed |= bool(jp.messages) or j.error is not None or j.lag_bytes != jp.lag_bytes
+                changed |= bool(jp.messages) or j.error is not None or (j.lag, j.lag_bytes) != (jp.lag, jp.lag_bytes)
                 j.error = None
-                j.messages += jp.messages
-                j.bytes += jp.bytes
-                if jp.hub_next is not None:
-                    j.hub_next = jp.hub_next
                 if jp.producer_next is not None or jp.lag_bytes is not None:
-                    j.producer_next, j.lag_bytes = jp.producer_next, jp.lag_bytes
+                    j.producer_next, j.lag, j.lag_bytes = jp.producer_next, jp.lag, jp.lag_bytes
             if ok:
                 c.last_success = now
                 c.last_error = None
@@ -195,27 +212,45 @@ class StatusBook:
         """Write the record of one client (or of every client) now. Errors are logged, never raised."""
         if self.hub_root is None:
             return
-        with self._lock:
-            docs = [(c.client_id, c.to_json()) for c in self._clients.values() if client_id in (None, c.client_id)]
-            for cid, _ in docs:
-                self._dirty.discard(cid)
-                self._written[cid] = time.monotonic()
         path = os.path.join(self.hub_root, HUB_STATUS_DIR)
-        for cid, doc in docs:
-            doc.update(version=RECORD_VERSION, written=self.clock(), pid=os.getpid())
-            try:
-                os.makedirs(path, exist_ok=True)
-                atomic_write(os.path.join(path, f"{cid}.json"), json.dumps(doc).encode(), durable=False)
-            except (OSError, SejError) as e:
-                log.warning("client %s: cannot write its status record in %s: %s", cid, path, e)
+        with self._write_lock:
+            with self._lock:
+                docs = [(c.client_id, c.to_json()) for c in self._clients.values() if client_id in (None, c.client_id)]
+                for cid, _ in docs:
+                    self._dirty.discard(cid)
+                    self._written[cid] = time.monotonic()
+            for cid, doc in docs:
+                doc.update(version=RECORD_VERSION, written=self.clock(), pid=os.getpid())
+                try:
+                    os.makedirs(path, exist_ok=True)
+                    atomic_write(os.path.join(path, f"{cid}.json"), json.dumps(doc).encode(), durable=False)
+                except (OSError, SejError) as e:
+                    log.warning("client %s: cannot write its status record in %s: %s", cid, path, e,
+                                extra={"client": cid})  # fmt: skip
+
+    def forget_others(self) -> None:
+        """Remove the records of clients that are not (any more) in the configuration: `sej hub status` would
+        report them stale for ever. Only `<client-id>.json` regular files of the record directory are touched."""
+        if self.hub_root is None:
+            return
+        path = os.path.join(self.hub_root, HUB_STATUS_DIR)
+        try:
+            names = os.listdir(path)
+        except OSError:
+            return
+        for name in names:
+            cid = name.removesuffix(".json")
+            if name.endswith(".json") and CLIENT_ID_RE.match(cid) and cid not in self._clients:
+                try:
+                    os.unlink(os.path.join(path, name))  # a link is removed, never followed
+                    log.info("removed the status record of client %s, which hub.toml no longer has", cid)
+                except OSError as e:
+                    log.warning("cannot remove the status record %s: %s", os.path.join(path, name), e)
 
 
 def _copy(c: ClientStatus) -> ClientStatus:
-    return ClientStatus(
-        c.client_id, c.location, c.since, c.connected, c.passes, c.last_pass_end, c.last_pass_seconds,
-        c.last_success, dict(c.errors), c.last_error,
-        {k: JournalStatus(**asdict(j)) for k, j in c.journals.items()}, list(c.pass_buckets), c.pass_seconds_sum,
-    )  # fmt: skip
+    return replace(c, errors=dict(c.errors), journals={k: replace(j) for k, j in c.journals.items()},
+                   pass_buckets=list(c.pass_buckets))  # fmt: skip
 
 
 # -- reading the records: sej hub status ---------------------------------------------------------
@@ -280,6 +315,10 @@ def read_status(hub_root: str) -> HubStatus:
         if dest in seen:
             continue
         cid, _, name = dest.partition(".")
+        if not name or not CLIENT_ID_RE.match(cid):
+            problems.append(f"{path}: a journal, but not a hub's <client-id>.<journal>" if dest else
+                            f"{path} is a journal, not a hub root of <client-id>.<journal> journals")  # fmt: skip
+            continue
         rows.append(_row(cid, name, path, None, records.get(cid), problems))
     return HubStatus(rows, records, problems)
 
@@ -293,8 +332,7 @@ def _row(cid: str, name: str, path: str | None, js: JournalStatus | None, rec: C
         except (OSError, SejError) as e:
             problems.append(f"{path}: {e}")
     producer_next = js.producer_next if js is not None else None
-    lag_bytes = js.lag_bytes if js is not None else None  # as the record's pass saw it
-    lag = None if hub_next is None or producer_next is None else max(0, producer_next - hub_next)
+    lag, lag_bytes = (js.lag, js.lag_bytes) if js is not None else (None, None)  # as the record's pass found them
     error = (js.error if js is not None else None) or (rec.last_error if rec is not None else None)
     return StatusRow(cid, name, path, hub_next, producer_next, lag, lag_bytes,
                      rec.last_success if rec is not None else None, error)  # fmt: skip
@@ -308,6 +346,8 @@ def parse_record(data: bytes, client_id: str) -> ClientStatus:
         doc = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ValueError(f"not JSON: {e}") from None
+    except RecursionError:
+        raise ValueError("not a status record: nested too deeply") from None
     if not isinstance(doc, dict) or doc.get("version") != RECORD_VERSION:
         raise ValueError(f"not a version {RECORD_VERSION} status record")
     if doc.get("client_id") != client_id:
@@ -322,6 +362,7 @@ def parse_record(data: bytes, client_id: str) -> ClientStatus:
             journal=str(name),
             hub_next=_field(j, "hub_next", int, None),
             producer_next=_field(j, "producer_next", int, None),
+            lag=_field(j, "lag", int, None),
             lag_bytes=_field(j, "lag_bytes", int, None),
             messages=_field(j, "messages", int),
             bytes=_field(j, "bytes", int),
@@ -343,12 +384,14 @@ def parse_record(data: bytes, client_id: str) -> ClientStatus:
         last_error=_field(doc, "last_error", str, None),
         journals=journals,
         written=_field(doc, "written", float, None),
+        in_pass=_field(doc, "in_pass", bool, False),
+        last_progress=_field(doc, "last_progress", float, None),
     )
 
 
 def _is(value: object, kind: type) -> bool:
     if kind is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     if kind is int:
         return isinstance(value, int) and not isinstance(value, bool) and value >= 0
     return isinstance(value, kind)

@@ -80,7 +80,7 @@ def copy_cmd(
         raise Failure(f"{src}: found no journal to copy" + (f" (skipped {'; '.join(skipped)})" if skipped else ""))
     failed = 0
     for o in outcomes:
-        if o.result is not None:
+        if o.error is None and o.result is not None:
             r = o.result
             click.echo(
                 f"{o.journal} -> {r.destination}: {r.messages} messages, {r.bytes} bytes, next offset {r.next_offset}"

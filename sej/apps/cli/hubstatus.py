@@ -18,6 +18,13 @@ from ...hub.status import ClientStatus, StatusRow, read_status
 from ..shell import usage
 from .output import table
 
+_CONTROL = dict.fromkeys([*range(32), *range(127, 160)], "?")
+
+
+def _shown(text: str | None) -> str:
+    """Text from a record (a file anyone with access to the hub root could write), safe on a terminal."""
+    return "" if text is None else text.translate(_CONTROL)
+
 
 def _ago(t: float | None, now: float) -> str:
     return "never" if t is None else f"{max(0.0, now - t):.1f}s ago"
@@ -46,8 +53,9 @@ def status(hub_root: str, only: str | None, max_lag: int | None, max_age: float 
     client's last successful pass and its errors (from the records sej-hub keeps in
     HUB_ROOT/.sej-hub/).
 
-    The lag counts messages the hub lacks: exact when LAG BYTES is 0, else at
-    least that many (the hub counts messages as it copies them). Exit codes: 0
+    The lag is how far behind the hub was when its last pass looked at the
+    producer, before copying what it found (about one poll interval's messages
+    while the producer writes; 0 once a pass finds nothing new). Exit codes: 0
     fine; 1 when a client or journal is failing, a record cannot be read, or a
     journal is behind more than --max-lag, or a client's last successful pass is
     older than --max-age; 2 usage errors.
@@ -83,12 +91,12 @@ def status(hub_root: str, only: str | None, max_lag: int | None, max_age: float 
     else:
         headers = ["CLIENT", "JOURNAL", "HUB NEXT", "PRODUCER NEXT", "LAG", "LAG BYTES", "LAST GOOD PASS", "ERROR"]
         lines = [[r.client_id, r.journal, _num(r.hub_next), _num(r.producer_next), _num(r.lag), _num(r.lag_bytes),
-                  _ago(r.last_success, now), r.error or ""] for r in rows]  # fmt: skip
+                  _ago(r.last_success, now), _shown(r.error)] for r in rows]  # fmt: skip
         click.echo(table(headers, lines))
         for cid in clients:
             click.echo(_client_line(cid, records.get(cid), now))
         for line in bad:
-            click.echo(f"problem: {line}", err=True)
+            click.echo(f"problem: {_shown(line)}", err=True)
     return 1 if bad else 0
 
 
@@ -96,7 +104,7 @@ def _client_line(cid: str, rec: ClientStatus | None, now: float) -> str:
     if rec is None:
         return f"client {cid}: no record (sej-hub has not run a pass for it here)"
     errors = ", ".join(f"{k} {n}" for k, n in sorted(rec.errors.items())) or "none"
-    return (f"client {cid}: {rec.location}, {'connected' if rec.connected else 'not connected'}, "
+    return (f"client {cid}: {_shown(rec.location)}, {'connected' if rec.connected else 'not connected'}, "
             f"last good pass {_ago(rec.last_success, now)}, {rec.passes} passes, errors: {errors}; "
             f"record written {_ago(rec.written, now)}")  # fmt: skip
 
