@@ -328,8 +328,14 @@ def bench_hub_metrics(cfg: Config, scratch: Path) -> list[Result]:
                 "same pass without an endpoint. The metrics are built from the status book at each scrape; "
                 "nothing is counted on the copy path.",
             ],
-            [row, Row("one scrape of a hub of 1 client x 1,000 journals (9,000 series): the hub's time per request",
-                      f"{scrape_ms:.1f} ms", target="info")],
+            [
+                row,
+                Row(
+                    "one scrape of a hub of 1 client x 1,000 journals (9,000 series): the hub's time per request",
+                    f"{scrape_ms:.1f} ms",
+                    target="info",
+                ),
+            ],
             [
                 f"Medians of {reps} runs each, interleaved, each after an `os.sync()`; all runs (s): metrics on "
                 f"{fmt_list(t_on)}, off {fmt_list(t_off)}; scrapes per run with metrics on: "
@@ -340,8 +346,8 @@ def bench_hub_metrics(cfg: Config, scratch: Path) -> list[Result]:
                 "1.113x (best runs); with it 0.957x (best of 5; medians 1.052x); then every 1 s, best of 7: "
                 "0.930x, medians 0.999x; then medians 0.987x (best runs 1.059x). The same copy takes 1.6 to 4.7 s "
                 "from run to run here, with the sync too (the disk), and one fast run decides a best-of ratio "
-                "either way, so the ratio is of medians. A scrape costs the hub a request thread and the text of every series under the GIL "
-                "(the row above), nothing on the copy path: at Prometheus's default of one scrape per 15 s, a "
+                "either way, so the ratio is of medians. A scrape costs the hub a request thread and the text "
+                "of every series under the GIL (the row above), nothing on the copy path: at Prometheus's default of one scrape per 15 s, a "
                 "hub of 1,000 journals spends about 0.2% of a core on it.",
             ],
             row,
