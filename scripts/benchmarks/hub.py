@@ -347,8 +347,8 @@ def bench_hub_metrics(cfg: Config, scratch: Path) -> list[Result]:
                 "0.930x, medians 0.999x; then medians 0.987x (best runs 1.059x). The same copy takes 1.6 to 4.7 s "
                 "from run to run here, with the sync too (the disk), and one fast run decides a best-of ratio "
                 "either way, so the ratio is of medians. A scrape costs the hub a request thread and the text "
-                "of every series under the GIL (the row above), nothing on the copy path: at Prometheus's default of one scrape per 15 s, a "
-                "hub of 1,000 journals spends about 0.2% of a core on it.",
+                "of every series under the GIL (the row above), nothing on the copy path: at Prometheus's "
+                "default of one scrape per 15 s, a hub of 1,000 journals spends about 0.2% of a core on it.",
             ],
             row,
         )
