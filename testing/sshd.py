@@ -197,13 +197,7 @@ class Sshd:
             self.port = free_port()
             self._write_config()
             self.known_hosts.write_text(f"[{HOST}]:{self.port} {self.host_key}\n")
-            with open(self.log_path, "wb") as log:
-                self.process = subprocess.Popen(
-                    [*pdeathsig_prefix(), SSHD, "-D", "-e", "-f", str(self.config)],
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                )
+            self._launch("wb")
             if self._wait_ready():
                 return
             log_text = self.log
@@ -214,6 +208,16 @@ class Sshd:
             if "Address already in use" not in log_text and "Cannot bind any address" not in log_text:
                 break  # not a port race: retrying will not help
         raise SshdError("sshd did not start; its log:\n" + "\n".join(errors))
+
+    def _launch(self, log_mode: str) -> None:
+        """Start the listener with the current config, its output to the log (truncated, or appended to)."""
+        with open(self.log_path, log_mode) as log:
+            self.process = subprocess.Popen(
+                [*pdeathsig_prefix(), SSHD, "-D", "-e", "-f", str(self.config)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
 
     def _wait_ready(self) -> bool:
         """True once sshd (our process, still alive) answers on the port with an SSH banner."""
@@ -259,13 +263,7 @@ class Sshd:
         assert self.process is None, "sshd is running"
         deadline = time.monotonic() + START_TIMEOUT
         while True:  # the port was ours a moment ago; another process may take it meanwhile: then fail
-            with open(self.log_path, "ab") as log:
-                self.process = subprocess.Popen(
-                    [*pdeathsig_prefix(), SSHD, "-D", "-e", "-f", str(self.config)],
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                )
+            self._launch("ab")
             if self._wait_ready():
                 return
             self._stop_process()

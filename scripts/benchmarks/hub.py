@@ -26,6 +26,19 @@ BULK_TARGET = 0.81
 """Issue 13: the hub's bulk copy no worse than 0.81x scp (what it measured before the hub-at-scale work)."""
 
 
+def bulk_tree(cfg: Config, where: Path) -> Path:
+    """Benchmark 10's tree: 4 shards of 64 MiB (16 with --quick) in 16 MiB segments."""
+    src = fresh(where)
+    per_shard = (16 if cfg.quick else 64) << 20
+    values = values_for(10_000)
+    with sej.ShardedWriter(src, "h", shard_bit=2, hash=lambda k: k[0] & 3, segment_size=16 << 20) as w:
+        for shard in range(4):
+            key = bytes([shard]) + KEY[1:]
+            for _ in range(per_shard // (FRAME_SIZE * len(values))):
+                w.writer(shard).append_many(values, key)
+    return src
+
+
 def bench_hub_copy(cfg: Config, scratch: Path) -> list[Result]:
     """`copy_all` over loopback SSH vs scp of the same segment files."""
     from sej.hub import copy_all
@@ -36,14 +49,7 @@ def bench_hub_copy(cfg: Config, scratch: Path) -> list[Result]:
         log("  openssh-server is missing: skipped")
         return []
     try:
-        src = fresh(scratch / "hubsrc")
-        per_shard = (16 if cfg.quick else 64) << 20
-        values = values_for(10_000)
-        with sej.ShardedWriter(src, "h", shard_bit=2, hash=lambda k: k[0] & 3, segment_size=16 << 20) as w:
-            for shard in range(4):
-                key = bytes([shard]) + KEY[1:]
-                for _ in range(per_shard // (FRAME_SIZE * len(values))):
-                    w.writer(shard).append_many(values, key)
+        src = bulk_tree(cfg, scratch / "hubsrc")
         total = sum(s.stat().st_size for s in Path(src).rglob("*.jnl"))
         ep = resolve("127.0.0.1", server.port, server.user, str(server.identity), str(server.known_hosts),
                      ssh_config=os.devnull)  # fmt: skip
@@ -53,7 +59,7 @@ def bench_hub_copy(cfg: Config, scratch: Path) -> list[Result]:
             t0 = perf_counter()
             client = connect(ep)
             try:
-                out = copy_all(sftp_sources(client, src, "bench"), str(hub), "c", "bench")
+                out = copy_all(sftp_sources(client, str(src), "bench"), str(hub), "c", "bench")
             finally:
                 client.close()
             t = perf_counter() - t0
@@ -244,14 +250,7 @@ def bench_hub_metrics(cfg: Config, scratch: Path) -> list[Result]:
         return []
     scrapes: list[int] = []
     try:
-        src = fresh(scratch / "metricssrc")
-        per_shard = (16 if cfg.quick else 64) << 20
-        values = values_for(10_000)
-        with sej.ShardedWriter(src, "h", shard_bit=2, hash=lambda k: k[0] & 3, segment_size=16 << 20) as w:
-            for shard in range(4):
-                key = bytes([shard]) + KEY[1:]
-                for _ in range(per_shard // (FRAME_SIZE * len(values))):
-                    w.writer(shard).append_many(values, key)
+        src = bulk_tree(cfg, scratch / "metricssrc")
         total = sum(s.stat().st_size for s in Path(src).rglob("*.jnl"))
 
         def run(metrics: bool) -> float:
@@ -294,7 +293,8 @@ def bench_hub_metrics(cfg: Config, scratch: Path) -> list[Result]:
             return took
 
         reps = 3 if cfg.quick else 7
-        t_off, t_on = [], []
+        t_off: list[float] = []
+        t_on: list[float] = []
         for k in range(reps):  # interleaved, each first in turn
             for metrics in (False, True) if k % 2 == 0 else (True, False):
                 (t_on if metrics else t_off).append(run(metrics))
