@@ -193,7 +193,11 @@ def serve_forever(config: HubConfig, stop: threading.Event) -> None:
             notifier.ready(f"{len(config.clients)} clients, first connections attempted")
             log.debug("ready (first connection attempts made)")
 
-        hub.run_forever(stop, on_ready=ready, on_tick=lambda: notifier.ping(hub.alive(), status()))
+        def tick() -> None:
+            notifier.ping(hub.alive(), status())
+
+        # Without systemd's watchdog (WATCHDOG_USEC), nothing to do between passes.
+        hub.run_forever(stop, on_ready=ready, on_tick=tick if notifier.interval is not None else None)
     finally:
         notifier.stopping()
         if server is not None:

@@ -502,15 +502,15 @@ def _added(before: JournalOutcome | None, after: JournalOutcome) -> JournalOutco
     if before is None or before.result is None:
         return after
     if after.result is None:
-        return after._replace(result=before.result, lag_bytes=before.lag_bytes, lag_messages=before.lag_messages,
-                              producer_next=before.producer_next)  # fmt: skip
+        return before._replace(error=after.error)
     b, a = before.result, after.result
-    lag_bytes = None if before.lag_bytes is None or after.lag_bytes is None else before.lag_bytes + after.lag_bytes
-    lag = (
-        None if before.lag_messages is None or after.lag_messages is None else before.lag_messages + after.lag_messages
-    )
     return after._replace(result=a._replace(messages=b.messages + a.messages, bytes=b.bytes + a.bytes),
-                          lag_bytes=lag_bytes, lag_messages=lag)  # fmt: skip
+                          lag_bytes=_plus(before.lag_bytes, after.lag_bytes),
+                          lag_messages=_plus(before.lag_messages, after.lag_messages))  # fmt: skip
+
+
+def _plus(a: int | None, b: int | None) -> int | None:
+    return None if a is None or b is None else a + b
 
 
 def _list(lister: Source, work: list[_Plan], reader: str) -> None:

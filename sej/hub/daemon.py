@@ -92,6 +92,11 @@ class StalledError(SejError):
     """A call to a producer did not return within STALL_TIMEOUT (or in time after stop): the pass was left."""
 
 
+def error_text(e: BaseException) -> str:
+    """An error as the hub reports it: its message, with its type when it is not one the hub expects."""
+    return str(e) if isinstance(e, (SejError, *transport_errors())) else f"{type(e).__name__}: {e}"
+
+
 def error_kind(e: BaseException) -> str:
     """The kind of an error, for the errors metric: checksum, corrupt, copy, stalled, source, connection, io
     (a file system call failed: the hub's disk full, a permission, a local producer), other."""
@@ -148,8 +153,9 @@ class ClientReport:
         for o in self.outcomes:
             r = o.result
             if o.error is not None:  # it may have copied before it failed (a follow-up copy, the commit)
-                out.append(JournalPass(o.journal, r and r.next_offset, None, None, None, r.messages if r else 0,
-                                       r.bytes if r else 0, str(o.error), error_kind(o.error)))  # fmt: skip
+                out.append(JournalPass(o.journal, r.next_offset if r else None, None, None, None,
+                                       r.messages if r else 0, r.bytes if r else 0, str(o.error),
+                                       error_kind(o.error)))  # fmt: skip
             elif r is not None:
                 out.append(JournalPass(o.journal, r.next_offset, o.producer_next, o.lag_messages, o.lag_bytes,
                                        r.messages, r.bytes))  # fmt: skip
@@ -158,8 +164,7 @@ class ClientReport:
     def client_error(self) -> tuple[str, str] | None:
         """(kind, message) when the client failed as a whole."""
         if self.error is not None:
-            return error_kind(self.error), f"{type(self.error).__name__}: {self.error}" if not isinstance(
-                self.error, SejError) else str(self.error)  # fmt: skip
+            return error_kind(self.error), error_text(self.error)
         if self.connection_lost:
             return "connection_lost", "the SSH connection was lost during the pass"
         return None
@@ -286,8 +291,10 @@ class _Watched:
 class _Client:
     """One producer: its connection, kept between passes, and its run of failures."""
 
-    def __init__(self, hub: HubConfig, cfg: ClientConfig, destinations: Destinations | None = None) -> None:
+    def __init__(self, hub: HubConfig, cfg: ClientConfig, destinations: Destinations | None = None,
+                 status: StatusBook | None = None) -> None:  # fmt: skip
         self.hub = hub
+        self.status = status  # the Hub's: told of the bytes a pass writes (/health in a long pass)
         self.cfg = cfg
         self.remote: Sources | None = None  # the producer's Sources over SSH: one connection, kept between passes
         self.label = cfg.describe()
@@ -306,7 +313,6 @@ class _Client:
         self.attempted = threading.Event()  # the first connection attempt was made (or a local client's pass ran)
         self.beat: float | None = None  # monotonic time run_pass_bounded last looked at its pass; None outside
         self.progress = time.monotonic()  # the last sign of progress of a pass: started, a call returned, bytes
-        self.on_bytes: Callable[[int], None] | None = None  # told of the bytes a pass writes (the status book)
 
     @contextmanager
     def call(self) -> Iterator[None]:
@@ -441,8 +447,8 @@ class _Client:
     def _copied(self, nbytes: int) -> None:
         """Bytes written at the hub: progress (for Hub.alive), and for the status book (/health in a long pass)."""
         self.progress = time.monotonic()
-        if self.on_bytes is not None:
-            self.on_bytes(nbytes)
+        if self.status is not None:
+            self.status.progress(self.cfg.client_id)
 
     def _tell_skip(self, name: str, why: str) -> None:
         """Warn once per directory of the client's root that is not a journal (every pass lists them)."""
@@ -469,7 +475,7 @@ class _Client:
         except Exception as e:
             report.error = e
             expected = isinstance(e, (SejError, *transport_errors()))
-            self.log.error("client %s: %s", cid, e if expected else f"{type(e).__name__}: {e}", exc_info=not expected)
+            self.log.error("client %s: %s", cid, error_text(e), exc_info=not expected)
         if self.remote is not None and (report.error is not None or not self.remote.alive()):
             report.connection_lost = report.error is None
             if report.connection_lost:
@@ -523,12 +529,10 @@ class Hub:
     def __init__(self, config: HubConfig, records: bool = True) -> None:
         self.config = config
         self.destinations = Destinations(_open_journals())
-        self._clients = [_Client(config, c, self.destinations) for c in config.clients]
         # What /metrics, /health and `sej hub status` (from the records in the hub root) show.
         self.status = StatusBook(config.hub_root if records else None,
-                                 [(c.cfg.client_id, c.label) for c in self._clients])  # fmt: skip
-        for c in self._clients:
-            c.on_bytes = lambda n, cid=c.cfg.client_id: self.status.progress(cid)
+                                 [(c.client_id, c.describe()) for c in config.clients])  # fmt: skip
+        self._clients = [_Client(config, c, self.destinations, self.status) for c in config.clients]
 
     def _pass(self, client: _Client, stop: threading.Event, level: int = logging.INFO) -> ClientReport:
         """One bounded pass of a client, recorded in the StatusBook."""

@@ -196,7 +196,8 @@ class StatusBook:
         """The clients whose last successful pass is older than `max_age` seconds, with that age."""
         now = self.clock()
         with self._lock:
-            return [(c.client_id, c.age(now)) for c in self._clients.values() if c.age(now) > max_age]
+            ages = [(c.client_id, c.age(now)) for c in self._clients.values()]
+        return [(cid, age) for cid, age in ages if age > max_age]
 
     def _maybe_write(self, client_id: str) -> None:
         if self.hub_root is None:
@@ -230,7 +231,8 @@ class StatusBook:
 
     def forget_others(self) -> None:
         """Remove the records of clients that are not (any more) in the configuration: `sej hub status` would
-        report them stale for ever. Only `<client-id>.json` regular files of the record directory are touched."""
+        report them stale for ever. Only `<client-id>.json` entries of the record directory are removed (a link
+        itself, never what it points to)."""
         if self.hub_root is None:
             return
         path = os.path.join(self.hub_root, HUB_STATUS_DIR)

@@ -87,7 +87,7 @@ def status(hub_root: str, only: str | None, max_lag: int | None, max_age: float 
             bad.append(f"client {r.client_id}, journal {r.journal}: lag {_num(r.lag)} (--max-lag {max_lag})")
     if as_json:
         click.echo(json.dumps({"clients": [_client_doc(cid, records.get(cid), now) for cid in clients],
-                               "journals": [_row_doc(r, now) for r in rows], "problems": bad}))  # fmt: skip
+                               "journals": [_row_doc(r) for r in rows], "problems": bad}))  # fmt: skip
     else:
         headers = ["CLIENT", "JOURNAL", "HUB NEXT", "PRODUCER NEXT", "LAG", "LAG BYTES", "LAST GOOD PASS", "ERROR"]
         lines = [[r.client_id, r.journal, _num(r.hub_next), _num(r.producer_next), _num(r.lag), _num(r.lag_bytes),
@@ -127,7 +127,7 @@ def _client_doc(cid: str, rec: ClientStatus | None, now: float) -> dict[str, Any
     }
 
 
-def _row_doc(r: StatusRow, now: float) -> dict[str, Any]:
+def _row_doc(r: StatusRow) -> dict[str, Any]:
     return {
         "client": r.client_id,
         "journal": r.journal,
