@@ -45,6 +45,27 @@ class Message(NamedTuple):
     value: bytes
 
 
+class ShardMessage(NamedTuple):
+    """A message and the journal it came from, in one flat record (as Kafka's ConsumerRecord).
+
+    `journal` is the name `find_journals` gives it ("" for a lone journal); the other fields
+    are the Message's. Consumers and merged_scan yield these: decoded straight from the frame,
+    so naming the journal costs nothing per message.
+    """
+
+    journal: str
+    offset: int
+    timestamp: int | None
+    type: int
+    key: bytes
+    value: bytes
+
+    @property
+    def message(self) -> Message:
+        """The Message without its journal."""
+        return _new_message(Message, self[1:])
+
+
 _new_message = tuple.__new__
 
 
@@ -144,14 +165,17 @@ def decode_batch(
     end: int,
     expect: int | None,
     limit: int = 1 << 62,
+    journal: str | None = None,
 ) -> tuple[list[Message], int, Problem | None]:
     """Decode up to `limit` whole frames from buf[pos:end].
 
     Each frame must carry the offset `expect`, `expect + 1`, ... (no check when
     `expect` is None). Returns the messages, the position after the last one, and
     the Problem that stopped decoding (None when it stopped at `end` or `limit`).
+    With `journal`, the messages are ShardMessages of that journal (same fields, and
+    `journal` first).
     """
-    out: list[Message] = []
+    out: list[Any] = []  # Messages, or ShardMessages of `journal`
     append = out.append
     new = _new_message
     no_ts = NO_TIMESTAMP
@@ -167,7 +191,10 @@ def decode_batch(
             if end - pos >= same_total:
                 off, ts, typ, ks, key, vs, value, size = same(buf, pos)
                 if ks == same_ks and vs == same_vs and size == same_total and (off == expect or not check):
-                    append(new(Message, (off, None if ts == no_ts else ts, typ, key, value)))
+                    if journal is None:
+                        append(new(Message, (off, None if ts == no_ts else ts, typ, key, value)))
+                    else:
+                        append(new(ShardMessage, (journal, off, None if ts == no_ts else ts, typ, key, value)))
                     pos += same_total
                     n += 1
                     if check:
@@ -183,7 +210,11 @@ def decode_batch(
         kpos = pos + HEADER_SIZE
         vpos = kpos + ks
         nxt = vpos + vs + 8
-        append(new(Message, (off, None if ts == no_ts else ts, typ, buf[kpos:vpos], buf[vpos + 4 : nxt - 4])))
+        if journal is None:
+            append(new(Message, (off, None if ts == no_ts else ts, typ, buf[kpos:vpos], buf[vpos + 4 : nxt - 4])))
+        else:
+            append(new(ShardMessage, (journal, off, None if ts == no_ts else ts, typ, buf[kpos:vpos],
+                                      buf[vpos + 4 : nxt - 4])))  # fmt: skip
         pos = nxt
         if check:
             expect += 1  # type: ignore[operator]
@@ -283,6 +314,7 @@ __all__ = [
     "Frames",
     "Message",
     "Problem",
+    "ShardMessage",
     "check_frame",
     "decode_batch",
     "frame_at",

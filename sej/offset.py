@@ -1,7 +1,16 @@
-"""A reader's committed offset: `ofs/<name>.ofs`, 8 bytes big-endian, the NEXT offset to read."""
+"""A reader's committed offset: `ofs/<name>.ofs`, 8 bytes big-endian, the NEXT offset to read.
+
+A commit overwrites the file's 8 bytes in place (one pwrite, then fdatasync). Eight bytes at
+the start of a file lie in one disk sector, which a disk writes whole, so a crash leaves the
+old value or the new one (PostgreSQL keeps pg_control under 512 bytes for the same reason).
+A file that is missing or not 8 bytes long (nothing committed yet: the Go original creates it
+empty) is written through a temp file and a rename instead. Readers without the lock read
+until two reads agree, since a read racing an overwrite may see part of each value.
+"""
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
@@ -11,7 +20,7 @@ from typing import IO, Literal
 
 from .errors import ClosedError, CorruptionError, InvalidArgumentError
 from .frames import MAX_OFFSET
-from .fsutil import atomic_write, open_dir, read_regular
+from .fsutil import atomic_write, create_exclusive, fsync_dir, open_dir, open_regular
 from .journal import first_offset, next_offset
 from .layout import check_reader_name, journal_path, offset_dir, reader_lock_path, reader_offset_path
 from .lock import lock_file, unlock_file
@@ -42,13 +51,31 @@ def read_offset_file(path: str) -> int | None:
     return read_offset_at(path)
 
 
+STABLE_READS = 100
+"""Reads of an offset file, at most, until two in a row agree (see read_offset_at)."""
+
+
 def read_offset_at(name: str, *, dir_fd: int | None = None, show: str | None = None) -> int | None:
-    """read_offset_file of `name` relative to the directory descriptor `dir_fd`; `show` names it in errors."""
+    """read_offset_file of `name` relative to the directory descriptor `dir_fd`; `show` names it in errors.
+
+    Read until two reads agree: a commit overwrites the 8 bytes in place, and a read racing it
+    may see part of the old value and part of the new one.
+    """
+    where = show or name
     try:
-        raw = read_regular(name, 9, dir_fd=dir_fd, show=show)
+        fd = open_regular(name, dir_fd=dir_fd, show=show)
     except FileNotFoundError:
         return None
-    return parse_offset(raw, show or name)
+    try:
+        raw = os.pread(fd, 9, 0)
+        for _ in range(STABLE_READS):
+            again = os.pread(fd, 9, 0)
+            if again == raw:
+                return parse_offset(raw, where)
+            raw = again
+    finally:
+        os.close(fd)
+    raise CorruptionError(where, 0, f"offset file changed between each of {STABLE_READS} reads")
 
 
 def parse_offset(raw: bytes, where: str) -> int | None:
@@ -86,6 +113,48 @@ def write_offset_at(name: str, value: int, *, dir_fd: int | None = None, show: s
     atomic_write(name, encode_offset(value), dir_fd=dir_fd, show=show)
 
 
+def write_in_place(path: str, value: int, *, sync: bool = True) -> bool | None:
+    """Overwrite the .ofs file `path` (8 bytes, or empty: nothing committed) with `value`, or create it.
+
+    fdatasync'd when `sync`. Returns True when the file was created (its directory entry is
+    durable only once the directory is fsynced), False when it was overwritten, None, with
+    nothing written, when it holds anything but 0 or 8 bytes. UnsafeFileError when it is not
+    a regular file. Only the holder of the reader's lock may call this.
+    """
+    created = False
+    flags = os.O_RDWR | os.O_NONBLOCK  # nonblocking: no fcntl calls after the open (a regular file never blocks)
+    try:
+        fd = open_regular(path, flags)
+    except FileNotFoundError:
+        try:
+            fd = create_exclusive(path)  # a reader sees it empty (nothing committed) until the write
+            created = True
+        except FileExistsError:  # created meanwhile (not by a reader: those hold the lock)
+            fd = open_regular(path, flags)
+    try:
+        if not created and os.fstat(fd).st_size not in (0, 8):
+            return None
+        if os.pwrite(fd, U64.pack(value), 0) != 8:
+            raise OSError(errno.EIO, f"short write to {path}")
+        if sync:
+            os.fdatasync(fd)
+    finally:
+        os.close(fd)
+    return created
+
+
+def sync_offset_file(path: str, *, created: bool = False) -> None:
+    """fdatasync the .ofs file `path`: make a commit written without `sync` durable (and, when it `created`
+    the file, its directory entry)."""
+    fd = open_regular(path, os.O_RDONLY | os.O_NONBLOCK)  # nonblocking: no fcntl calls after the open
+    try:
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+    if created:
+        fsync_dir(os.path.dirname(path))
+
+
 def remove_stale_temps(dir_fd: int, now: float | None = None) -> list[str]:
     """Remove the commit temp files (TEMP_RE) older than STALE_TEMP_AGE in the directory `dir_fd`.
 
@@ -105,6 +174,15 @@ def remove_stale_temps(dir_fd: int, now: float | None = None) -> list[str]:
             continue
         removed.append(name)
     return removed
+
+
+def _create_empty(path: str) -> bool:
+    """Create the empty .ofs file `path`; False if it exists (then read_offset_file read it as empty)."""
+    try:
+        os.close(create_exclusive(path))
+    except FileExistsError:
+        return False
+    return True
 
 
 class Offset:
@@ -142,20 +220,39 @@ class Offset:
         if stored is None:
             stored = first_offset(self.dir) if default == "first" else next_offset(self.dir)
         self._value = stored
+        self._created = False  # this object created the file and has not fsynced its directory since
 
     @property
     def value(self) -> int:
         """The committed offset: the next offset this reader will read."""
         return self._value
 
-    def commit(self, offset: int) -> None:
-        """Store `offset` durably and atomically (a crash leaves the old or the new value)."""
+    def commit(self, offset: int, *, sync: bool = True) -> None:
+        """Store `offset` atomically (a crash leaves the old or the new value), durably when `sync`.
+
+        Without `sync` the value is written to the OS at once (other processes see it, and it
+        survives this process being killed) and made durable by a later `sync()`: until then,
+        a power loss may bring back the value before it.
+        """
         if self._lock_fh is None:
             raise ClosedError(f"offset {self.name} of {self.dir} is closed")
         if not isinstance(offset, int) or isinstance(offset, bool) or not 0 <= offset <= MAX_OFFSET:
             raise InvalidArgumentError(f"offset must be an int in 0..2**64-1, got {offset!r}")
-        write_offset_file(self.path, offset)
+        created = write_in_place(self.path, offset, sync=sync)
+        if created is None:  # neither 0 nor 8 bytes: replaced whole, durably
+            write_offset_file(self.path, offset)
+            self._created = False
+        else:
+            self._created |= created
+            if sync and self._created:
+                fsync_dir(offset_dir(self.dir))
+                self._created = False
         self._value = offset
+
+    def sync(self) -> None:
+        """Make the commits made with ``sync=False`` durable."""
+        sync_offset_file(self.path, created=self._created)
+        self._created = False
 
     def close(self) -> None:
         """Release the reader's lock. Idempotent."""

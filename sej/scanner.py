@@ -38,10 +38,13 @@ _WAIT_SLICE = 0.5
 class _Open:
     """The segment file being read."""
 
-    __slots__ = ("first", "path", "index_path", "file", "fd", "ino", "pos", "offset", "seen", "checked", "finished")
+    __slots__ = ("first", "path", "index_path", "file", "fd", "ino", "pos", "offset", "seen", "checked", "finished",
+                 "journal")  # fmt: skip
 
-    def __init__(self, seg: Segment, index_path: str, dir: str | None = None) -> None:
-        """With `dir`, the segment's checksums are checked before its bytes are decoded."""
+    def __init__(self, seg: Segment, index_path: str, dir: str | None = None, journal: str | None = None) -> None:
+        """With `dir`, the segment's checksums are checked before its bytes are decoded; with `journal`, messages
+        come out as ShardMessages of that name."""
+        self.journal = journal
         self.first = seg.first_offset
         self.path = seg.path
         self.index_path = index_path
@@ -82,7 +85,7 @@ class _Open:
                 upto = min(checked, size)
                 if upto <= self.pos:
                     return _EMPTY
-        msgs, used, problem = read_messages(self.fd, self.pos, self.offset, upto, limit)
+        msgs, used, problem = read_messages(self.fd, self.pos, self.offset, upto, limit, self.journal)
         if msgs:
             self.pos += used
             self.offset = msgs[-1].offset + 1
@@ -145,6 +148,7 @@ class Scanner:
         *,
         batch: int = 4096,
         verify: bool = False,
+        _journal: str | None = None,
     ) -> None:
         self.dir = journal_path(dir)
         if not os.path.isdir(self.dir):
@@ -156,6 +160,7 @@ class Scanner:
         if not isinstance(verify, bool):
             raise InvalidArgumentError(f"verify must be a bool, got {verify!r}")
         self._vdir = self.dir if verify else None  # the journal whose checksums _Open checks
+        self._journal = _journal  # a consumer's: its messages come out as ShardMessages of this name
         self._wakeup = Wakeup()
         self._sub: Subscription | None = None
         self._sub_path = ""
@@ -201,7 +206,7 @@ class Scanner:
             raise OffsetOutOfRangeError(offset, segments[0].first_offset, next_offset(self.dir))
         if self._seg is not None:
             self._seg.close()
-        seg = self._seg = _Open(segments[i], index_path(self.dir, segments[i].first_offset), self._vdir)
+        seg = self._seg = _Open(segments[i], index_path(self.dir, segments[i].first_offset), self._vdir, self._journal)
         last = i == len(segments) - 1
         size = os.fstat(seg.fd).st_size
         ipath = index_path(self.dir, seg.first)
@@ -264,7 +269,9 @@ class Scanner:
             if first != seg.offset:
                 raise CorruptionError(nxt, 0, f"gap: segment starts at offset {first}, expected {seg.offset}")
             seg.close()
-            seg = self._seg = _Open(Segment(seg.offset, nxt), index_path(self.dir, seg.offset), self._vdir)
+            seg = self._seg = _Open(
+                Segment(seg.offset, nxt), index_path(self.dir, seg.offset), self._vdir, self._journal
+            )
         raise AssertionError("unreachable: more than 2**20 empty segments in a row")
 
     def _later_segment(self, seg: _Open) -> Segment | None:

@@ -167,17 +167,17 @@ def _as_damage(problem: Problem, offset: int, resume: Resume) -> Problem:
 
 
 def read_messages(
-    fd: int, pos: int, offset: int, size: int, limit: int = 1 << 62
+    fd: int, pos: int, offset: int, size: int, limit: int = 1 << 62, journal: str | None = None
 ) -> tuple[list[Message], int, Problem | None]:
     """Decode whole frames of file bytes [pos, size), at least one however big.
 
-    Returns the messages, the bytes they took, and the Problem (absolute position)
-    that stopped decoding before `size`, if any.
+    Returns the messages (ShardMessages of `journal`, if given), the bytes they took,
+    and the Problem (absolute position) that stopped decoding before `size`, if any.
     """
     want = min(CHUNK, size - pos)
     while True:
         data = pread_full(fd, want, pos)
-        msgs, used, problem = decode_batch(data, 0, len(data), offset, limit)
+        msgs, used, problem = decode_batch(data, 0, len(data), offset, limit, journal)
         if problem is not None:
             cut_by_chunk = problem.incomplete and len(data) == want and pos + want < size
             if cut_by_chunk and msgs:

@@ -53,6 +53,12 @@ with Offset(d, "reader") as o:
     mark("offset-open")
     o.commit(3)
     mark("commit")
+    o.commit(4)
+    mark("commit2")
+    o.commit(5, sync=False)
+    mark("commit-nosync")
+    o.sync()
+    mark("offset-sync")
 """
 
 CALL = re.compile(r"^\d+\s+(\w+)\((.*)\)\s+=\s+(-?\d+)")
@@ -68,7 +74,7 @@ def trace(tmp_path, mode: str) -> dict[str, list[Call]]:
     subprocess.run(
         [
             "strace", "-f", "-qq", "-s", "200", "-o", str(log),
-            "-e", "trace=openat,write,fdatasync,fsync,rename",
+            "-e", "trace=openat,write,pwrite64,fdatasync,fsync,rename",
             sys.executable, "-c", CHILD, str(tmp_path / "j"), mode,
         ],
         check=True, env=env, capture_output=True, timeout=scaled(120),
@@ -97,8 +103,8 @@ def trace(tmp_path, mode: str) -> dict[str, list[Call]]:
 
 
 def on(calls: list[Call], pattern: str) -> list[str]:
-    """Data calls (write, fsync, fdatasync) on files whose path matches `pattern`."""
-    return [n for n, p in calls if n in ("write", "fsync", "fdatasync") and re.search(pattern, p)]
+    """Data calls (write, pwrite64, fsync, fdatasync) on files whose path matches `pattern`."""
+    return [n for n, p in calls if n in ("write", "pwrite64", "fsync", "fdatasync") and re.search(pattern, p)]
 
 
 SEG0 = r"/jnl/0000000000000000\.jnl$"
@@ -129,11 +135,17 @@ def test_rollover_fsyncs_the_segment_and_the_new_name(tmp_path) -> None:
     assert not any(n == "write" and p.endswith("0000000000000008.jnl") for n, p in events[: fsync_dir + 1])
 
 
-def test_close_fsyncs_and_offset_commit_is_atomic(tmp_path) -> None:
+def test_close_fsyncs_and_offset_commits_overwrite_in_place(tmp_path) -> None:
+    """An offset commit is one write of its 8 bytes in place and an fdatasync (the first one also fsyncs
+    ofs/, whose new entry it made); without sync, only the write, and `sync()` is the fdatasync."""
     s = trace(tmp_path, "buffered")
     assert on(s["close"], r"/jnl/0000000000000008\.jnl$") == ["write", "fdatasync"]
-    commit = [(n, p) for n, p in s["commit"] if n != "openat"]
-    assert [n for n, _ in commit] == ["write", "fsync", "rename", "fsync"]
-    # The temp file's name is unpredictable (16 random hex digits): it cannot be planted in advance.
-    assert re.search(r"/ofs/reader\.ofs\.[0-9a-f]{16}\.tmp$", commit[0][1]) and commit[1][1] == commit[0][1]
-    assert commit[2][1].endswith("/ofs/reader.ofs") and commit[3][1].endswith("/ofs")
+    first = [(n, p) for n, p in s["commit"] if n != "openat"]
+    assert first == [("pwrite64", first[0][1]), ("fdatasync", first[0][1]), ("fsync", first[2][1])]
+    assert first[0][1].endswith("/ofs/reader.ofs") and first[2][1].endswith("/ofs")
+    ofs = r"/ofs/reader\.ofs$"
+    assert [n for n, _ in s["commit2"] if n != "openat"] == ["pwrite64", "fdatasync"]
+    assert on(s["commit2"], ofs) == ["pwrite64", "fdatasync"]
+    assert on(s["commit-nosync"], ofs) == ["pwrite64"] and [n for n, _ in s["commit-nosync"]] == ["openat", "pwrite64"]
+    assert on(s["offset-sync"], ofs) == ["fdatasync"]
+    assert not any(n == "rename" for g in ("commit", "commit2", "commit-nosync") for n, _ in s[g])

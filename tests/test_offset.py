@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
 import sej
+from sej.offset import read_offset_file
+from testing.timing import scaled
 
 
 @pytest.fixture
@@ -87,21 +90,23 @@ def test_malformed_offset_file_is_a_corruption_error(journal: str, content: byte
     sej.Offset(journal, "r").close()
 
 
-# A commit stopped for good between creating its temp file and renaming it: os.fsync announces itself and blocks,
-# and the test SIGKILLs the process there.
+# A commit stopped for good between writing its 8 bytes and their fdatasync: os.fdatasync announces itself and
+# blocks, and the test SIGKILLs the process there.
 KILLED_COMMIT = r"""
 import os, sys, threading
 import sej
+from sej.offset import read_offset_file
 with sej.Offset(sys.argv[1], "r") as o:
     o.commit(5)
-    os.fsync = lambda fd: (print("in fsync", flush=True), threading.Event().wait())
+    os.fdatasync = lambda fd: (print("in fdatasync", flush=True), threading.Event().wait())
     o.commit(7)
 """
 
 
-def test_temp_files_of_killed_commits_are_removed_on_the_next_open(journal: str) -> None:
-    """`Offset.commit` killed mid-way left its `.tmp` file in ofs/ for good. The next open removes the temp
-    files of commits (by their name pattern) that nobody has touched for STALE_TEMP_AGE; nothing else."""
+def test_a_killed_commit_leaves_the_old_or_the_new_value_and_stale_temp_files_go(journal: str) -> None:
+    """`Offset.commit` killed mid-way leaves 8 bytes: the old value or the new one (the write is in place, so
+    here the new one, short of its fdatasync). Commit temp files left by older versions or by the hub over
+    SFTP are removed on the next open once nobody has touched them for STALE_TEMP_AGE; nothing else is."""
     import signal
     import subprocess
 
@@ -110,21 +115,22 @@ def test_temp_files_of_killed_commits_are_removed_on_the_next_open(journal: str)
     ofs = os.path.join(journal, "ofs")
     p = popen_python(KILLED_COMMIT, journal, stdout=subprocess.PIPE)
     try:
-        assert p.stdout is not None and p.stdout.readline() == "in fsync\n"
+        assert p.stdout is not None and p.stdout.readline() == "in fdatasync\n"
     finally:
         p.kill()
         assert p.wait(30) == -signal.SIGKILL
-    (left,) = [f for f in os.listdir(ofs) if f.endswith(".tmp")]
-    assert left.startswith("r.ofs.")
+    assert os.path.getsize(os.path.join(ofs, "r.ofs")) == 8
+    assert not [f for f in os.listdir(ofs) if f.endswith(".tmp")], "an in-place commit makes no temp file"
+    left = "r.ofs.0123456789abcdef.tmp"  # a commit's temp file, as older versions made them
     young = "q.ofs.0123456789abcdef.tmp"  # a commit of another reader that may still be under way
     other = "r.ofs.keep.tmp"  # not a name a commit makes
-    for name in (young, other):
+    for name in (left, young, other):
         open(os.path.join(ofs, name), "wb").close()
     old = os.stat(os.path.join(ofs, left)).st_mtime - 86400  # a day: far past sej.offset.STALE_TEMP_AGE
     for name in (left, other):
         os.utime(os.path.join(ofs, name), (old, old))
     with sej.Offset(journal, "r") as o:
-        assert o.value == 5  # the killed commit changed nothing
+        assert o.value == 7  # written in place before the fdatasync that never returned
     assert sorted(f for f in os.listdir(ofs) if f.endswith(".tmp")) == sorted([young, other])
     assert sej.list_readers(journal) == ["r"]
 
@@ -147,3 +153,79 @@ def test_commit_never_writes_through_a_symlink_at_a_temp_name(journal: str, tmp_
     os.symlink(victim, os.path.join(ofs, "r.ofs"))
     with pytest.raises(sej.UnsafeFileError, match=r"r\.ofs is a symlink, not a regular file"):
         sej.Offset(journal, "r")
+
+
+def test_commits_overwrite_the_file_in_place_and_sync_false_waits_for_sync(journal: str) -> None:
+    """The first commit creates the file; later ones overwrite its 8 bytes (same inode, no temp file). Without
+    `sync` the value is written (another open sees it) and `sync()` makes it durable; an empty file (the Go
+    original creates one at open) is overwritten in place too."""
+    path = os.path.join(journal, "ofs", "r.ofs")
+    with sej.Offset(journal, "r") as o:
+        assert not os.path.exists(path)
+        o.commit(3)
+        ino = os.stat(path).st_ino
+        o.commit(9, sync=False)
+        assert read_offset_file(path) == 9 and os.stat(path).st_ino == ino
+        o.sync()
+        o.commit(12)
+        assert os.stat(path).st_ino == ino and os.path.getsize(path) == 8
+    assert not [f for f in os.listdir(os.path.dirname(path)) if f.endswith(".tmp")]
+    open(os.path.join(journal, "ofs", "go.ofs"), "wb").close()  # as Go's NewOffset leaves it
+    with sej.Offset(journal, "go") as o:
+        assert o.value == sej.first_offset(journal)  # empty: nothing committed
+        ino = os.stat(os.path.join(journal, "ofs", "go.ofs")).st_ino
+        o.commit(5, sync=False)
+        o.sync()
+    assert read_offset_file(os.path.join(journal, "ofs", "go.ofs")) == 5
+    assert os.stat(os.path.join(journal, "ofs", "go.ofs")).st_ino == ino
+
+
+def test_a_file_grown_under_the_reader_is_replaced_whole(journal: str) -> None:
+    """A commit finding anything but 0 or 8 bytes (garbage appended behind the reader's back) does not write
+    into it: the file is replaced through a temp file and a rename."""
+    path = os.path.join(journal, "ofs", "r.ofs")
+    with sej.Offset(journal, "r") as o:
+        o.commit(4)
+        with open(path, "ab") as f:
+            f.write(b"junk")
+        o.commit(6)
+    assert open(path, "rb").read() == (6).to_bytes(8, "big")
+
+
+# Commits, as fast as they go, alternate between two values whose 8 bytes all differ: a read that saw part of
+# each would be neither.
+COMMITTER = r"""
+import sys
+import sej
+from sej.offset import read_offset_file
+A, B = 0x0101010101010101, 0xFEFEFEFEFEFEFEFE
+with sej.Offset(sys.argv[1], "r") as o:
+    o.commit(A)
+    print("ready", flush=True)
+    while True:
+        o.commit(B, sync=False)
+        o.commit(A, sync=False)
+"""
+
+
+def test_readers_never_see_a_torn_value_while_another_process_commits(journal: str) -> None:
+    """Overwriting in place means a reader racing a commit could read part of the old value and part of the
+    new one; read_offset_file reads until two reads agree. A real process commits while this one reads."""
+    import subprocess
+
+    from .conftest import popen_python
+
+    path = os.path.join(journal, "ofs", "r.ofs")
+    p = popen_python(COMMITTER, journal, stdout=subprocess.PIPE)
+    try:
+        assert p.stdout is not None and p.stdout.readline() == "ready\n"
+        seen: set[int | None] = set()
+        reads, deadline = 0, time.monotonic() + scaled(60)
+        while (reads < 20_000 or len(seen) < 2) and time.monotonic() < deadline:
+            seen.add(read_offset_file(path))
+            reads += 1
+    finally:
+        p.kill()
+        p.wait(30)
+    assert seen <= {0x0101010101010101, 0xFEFEFEFEFEFEFEFE}, f"torn values read: {seen}"
+    assert len(seen) == 2  # the commits did race the reads

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from ..frames import ShardMessage
 from .consumer import Consumer, Lag
 from .name import ShardName, format_shard, is_shard_name, parse_shard
-from .root import Journal, Shard, ShardMessage, ShardWatch, find_journals, is_journal, list_shards, merged_scan
+from .root import Journal, Shard, ShardWatch, find_journals, is_journal, list_shards, merged_scan
 from .writer import ShardedWriter, ShardOffset, default_hash
 
 __all__ = [

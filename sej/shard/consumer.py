@@ -10,6 +10,13 @@ consumed messages, every `commit_interval` seconds, on `commit()` and on `close(
 At least once, as Kafka's auto-commit: a message counts as consumed once the loop
 asks for the next one (or on `commit()`), so a crash replays at most the messages
 consumed since the last commit, and never skips one.
+
+A batch commit overwrites each changed offset file in the loop (a few microseconds each:
+other processes see it, and it survives this process's death) and leaves the fdatasyncs
+to the consumer's syncer thread, so the loop never waits for the disk; `commit()` and
+`close()` return once every position is durable. After a power loss, a batch commit the
+syncer had not made durable yet may come back as the one before it: more is replayed,
+nothing is skipped.
 """
 
 from __future__ import annotations
@@ -21,9 +28,8 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
-from itertools import chain, islice, repeat
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from itertools import chain, islice
 from typing import Literal, NamedTuple
 
 from watchdog.events import (
@@ -39,6 +45,7 @@ from watchdog.events import (
 )
 
 from ..errors import ClosedError, InvalidArgumentError, LockedError
+from ..frames import ShardMessage
 from ..fsutil import allow_open_files
 from ..journal import bytes_from, first_offset, next_offset, offset_at_time
 from ..layout import check_reader_name, journal_path, segment_dir
@@ -47,7 +54,7 @@ from ..scanner import Scanner
 from ..timestamps import to_ns
 from ..watch import DirWatch, Subscription
 from .group import GROUPS_DIR, Membership, share
-from .root import Journal, ShardMessage, find_journals, is_journal
+from .root import Journal, find_journals, is_journal
 
 log = logging.getLogger("sej.consumer")
 
@@ -57,18 +64,25 @@ SWEEP = 1.0
 """Seconds between looks at every journal, in case a file event was missed (a journal created
 faster than its watch was added)."""
 
-COMMIT_THREADS = 4
-"""Threads that write offset files at once when a commit covers many journals (an fsync each)."""
+SWEEP_CHUNK = 32
+"""Journals a sweep queues per turn: the sweep of a big root is spread over many turns, so a journal
+with a new message waits behind at most this many others (a fstat each), not behind all of them."""
 
-BACKGROUND_COMMIT = 16
-"""A batch commit of more journals than this is written by a committer thread while the loop goes on."""
+REDISCOVER = 10.0
+"""Seconds between listings of the root while inotify watches it (DirWatch), whose events find new
+journals: the listing is only a safety net, and takes milliseconds for a thousand journals. Without
+DirWatch, and in a group (members come and go without file events), every SWEEP seconds."""
+
+SYNC_CHUNK = 8
+SYNC_PAUSE = 0.0002
+"""The syncer pauses SYNC_PAUSE seconds after every SYNC_CHUNK files. Between two fdatasyncs it makes
+system calls that take microseconds (lstat, open, fstat, close): at each one another thread may take
+the GIL, but the syncer's next call usually takes it back first, so a thread that wants it (the loop
+woken by a new message) would wait for Python's switch interval (5 ms). The pauses bound that wait."""
 
 FAIRNESS = 256
 """Messages taken from one journal before the next journal with data gets its turn."""
 
-
-_new = tuple.__new__
-_SHARD_MESSAGE = repeat(ShardMessage)
 
 CHANGES: list[type[FileSystemEvent]] = [
     FileModifiedEvent, FileCreatedEvent, FileMovedEvent, FileDeletedEvent, DirCreatedEvent, DirMovedEvent,
@@ -93,7 +107,7 @@ class _Member:
         self.offset = Offset(path, reader) if reader is not None else None
         try:
             committed = self.offset.value if self.offset is not None else first_offset(path)
-            self.scanner = Scanner(path, _start_offset(path, committed, start), timeout=0)
+            self.scanner = Scanner(path, _start_offset(path, committed, start), timeout=0, _journal=name)
         except BaseException:
             if self.offset is not None:
                 self.offset.close()
@@ -102,7 +116,7 @@ class _Member:
         self.ready = False  # queued in the consumer's ready deque
 
     def seek(self, offset: int) -> None:
-        scanner = Scanner(self.path, offset, timeout=0)
+        scanner = Scanner(self.path, offset, timeout=0, _journal=self.name)
         self.scanner.close()
         self.scanner = scanner
 
@@ -112,14 +126,13 @@ class _Member:
         right after its scanner does)."""
         return self.scanner.offset
 
-    def commit(self, position: int | None = None) -> None:
-        """Commit `position` (default: the current one); on the committer's thread for background commits."""
-        if position is None:
-            position = self.position
+    def commit(self, sync: bool) -> None:
+        """Commit the current position (durably when `sync`; else the syncer makes it durable)."""
+        position = self.position
         if position == self.committed:
             return
         if self.offset is not None:
-            self.offset.commit(position)
+            self.offset.commit(position, sync=sync)
         self.committed = position
 
     def close(self) -> None:
@@ -128,6 +141,78 @@ class _Member:
         finally:
             if self.offset is not None:
                 self.offset.close()
+
+
+class _Syncer:
+    """The thread that fdatasyncs the offset files a consumer's loop wrote, so that the loop never waits for
+    the disk (a file written again before its sync is synced once). A failure is kept and raised by the
+    next batch commit, `commit()` or `close()`."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._dirty: dict[str, Offset] = {}
+        self._busy = False
+        self._stopped = False
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+
+    def add(self, offsets: Iterable[Offset]) -> None:
+        """fdatasync these offsets' files."""
+        with self._cond:
+            for o in offsets:
+                self._dirty[o.path] = o
+            if not self._dirty:
+                return
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="sej-consumer-syncer", daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+
+    def check(self) -> None:
+        """Raise the failure of the syncer's work since the last check, if any."""
+        with self._cond:
+            error, self._error = self._error, None
+        if error is not None:
+            raise error
+
+    def drain(self) -> None:
+        """Wait until every file added so far is synced; raise a failure."""
+        with self._cond:
+            while (self._dirty or self._busy) and self._thread is not None and self._thread.is_alive():
+                self._cond.wait(1.0)
+        self.check()
+
+    def stop(self) -> None:
+        """Finish what was added, then end the thread."""
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _run(self) -> None:
+        cond = self._cond
+        while True:
+            with cond:
+                while not self._dirty and not self._stopped:
+                    cond.wait()
+                if not self._dirty:
+                    return
+                dirty, self._dirty = list(self._dirty.values()), {}
+                self._busy = True
+            error = None
+            for i, o in enumerate(dirty):
+                if i and not i % SYNC_CHUNK:
+                    time.sleep(SYNC_PAUSE)  # the GIL free for the loop: see SYNC_CHUNK
+                try:
+                    o.sync()
+                except BaseException as e:  # kept for the loop: a commit it cannot make durable must be seen
+                    error = error or e
+            with cond:
+                self._busy = False
+                if error is not None and self._error is None:
+                    self._error = error
+                cond.notify_all()
 
 
 def _start_offset(path: str, committed: int, start: object) -> int:
@@ -281,11 +366,13 @@ class Consumer:
         self._uncommitted = 0
         self._committed_at = time.monotonic()
         self._swept_at = 0.0
+        self._sweeping: deque[str] = deque()  # the journals the sweep under way has yet to queue
+        self._listed_at = 0.0  # when the root was last listed
+        self._watched: set[str] = set()  # the directories in the root watched for a jnl/ appearing
         self._closed = False
-        self._pool: ThreadPoolExecutor | None = None  # commits of many journals at once
-        self._committer: ThreadPoolExecutor | None = None  # background commits, one at a time
-        self._pending: Future[None] | None = None  # the background commit under way
-        self._batch = max(1, commit_every // 2) if commit_every > 1 else 1  # messages between batch commits
+        self._syncer = _Syncer()
+        self._touched: dict[str, _Member] = {}  # journals consumed from since the last write of positions
+        self._unsynced: dict[str, Offset] = {}  # offsets written while idle, synced by the next batch commit
         self._events = _RootEvents(self.root, is_journal(self.root))
         self._sub: Subscription | None = None
         self._dirs: DirWatch | None = None
@@ -358,6 +445,10 @@ class Consumer:
                 for e in entries:
                     if e.is_dir(follow_symlinks=False) and e.name not in self._members:
                         self._dirs.add(e.path, ev.root_changed)
+                        if e.path not in self._watched:
+                            self._watched.add(e.path)
+                            if is_journal(e.path):  # its jnl/ came before the watch: list the root again
+                                ev.root_changed(True)
         for m in self._members.values():
             self._watch_journal(m.name, m.path)
 
@@ -400,7 +491,6 @@ class Consumer:
         """Stop consuming `names`: commit their positions and release their reader locks."""
         if self._on_revoke is not None:
             self._on_revoke(list(names))
-        self._wait_commit()  # the committer may be writing their offset files
         gone = set(names)
         keep = [m for m in self._ready if m.name not in gone]
         self._ready.clear()
@@ -408,8 +498,11 @@ class Consumer:
         self._order = [n for n in self._order if n not in gone]
         for name in names:
             m = self._members.pop(name)
+            self._touched.pop(name, None)
+            if m.offset is not None:
+                self._unsynced.pop(m.offset.path, None)
             try:
-                m.commit()
+                m.commit(sync=True)
             finally:
                 m.close()
         log.info("%s: reader %s gave up %d journals", self.root, self.reader, len(names))
@@ -433,9 +526,14 @@ class Consumer:
         now = time.monotonic()
         if sweep or now - self._swept_at >= SWEEP:
             self._swept_at = now
-            changed = set(self._members)  # a fstat each: a missed event costs at most SWEEP seconds
-            rescan = True
+            self._sweeping = deque(self._members)  # a fstat each: a missed event costs at most SWEEP seconds
+            if self._dirs is None or self._group is not None or now - self._listed_at >= REDISCOVER:
+                rescan = True
+        sweeping = self._sweeping
+        for _ in range(min(SWEEP_CHUNK, len(sweeping))):
+            changed.add(sweeping.popleft())
         if rescan:
+            self._listed_at = now
             self._discover()
             if self._dirs is not None:
                 self._watch()
@@ -448,7 +546,7 @@ class Consumer:
 
     def _maybe_commit(self) -> None:
         if self._uncommitted and time.monotonic() - self._committed_at >= self.commit_interval:
-            self._commit_in_background()
+            self._batch_commit()
 
     def _turns(self, block: bool) -> Iterator[Iterator[ShardMessage] | None]:
         """Turns of up to FAIRNESS messages of one journal with data each, as iterators that run in C (the
@@ -467,10 +565,11 @@ class Consumer:
                 m, began = turn
                 taken = m.position - began if began is not None else 1  # None: sought meanwhile
                 if taken:
+                    self._touched[m.name] = m
                     ready.append(m)  # more may be there: it stays queued
                     self._uncommitted += taken if began is not None else 0
                     deadline = None if self.timeout is None else time.monotonic() + self.timeout
-                    if self._uncommitted >= self._batch:
+                    if self._uncommitted >= self.commit_every:
                         self._batch_commit()
                     else:
                         self._maybe_commit()
@@ -478,10 +577,12 @@ class Consumer:
                     m.ready = False  # queued again by its next file event
             if self._closed:
                 raise ClosedError(f"consumer of {self.root} is closed")
-            if not ready or events.is_set() or time.monotonic() - self._swept_at >= SWEEP:
+            if not ready or events.is_set() or self._sweeping or time.monotonic() - self._swept_at >= SWEEP:
                 self._refresh()  # also between turns: a journal that always has data must not starve the others
             if not ready:
                 self._maybe_commit()
+                if self._touched:
+                    self._write_touched()
                 if not self.follow and self._caught_up():
                     return
                 if not block:
@@ -505,10 +606,8 @@ class Consumer:
                 raise
             self._turn = (m, m.position)
             # a batch commit falls between two turns
-            size = min(
-                FAIRNESS, (self._batch if self._uncommitted < self._batch else self.commit_every) - self._uncommitted
-            )
-            yield map(_new, _SHARD_MESSAGE, zip(repeat(m.name), islice(batch, size)))
+            size = min(FAIRNESS, max(1, self.commit_every - self._uncommitted))
+            yield islice(batch, size)  # type: ignore[arg-type]  # ShardMessages: the member's scanner names its journal
 
     def _caught_up(self) -> bool:
         return all(m.position >= next_offset(m.path) for m in self._members.values())
@@ -565,57 +664,39 @@ class Consumer:
 
     def commit(self) -> None:
         """Commit every journal's position and wait until it is durable; the message yielded last counts as
-        consumed. A background commit under way is waited for first (its error is raised here)."""
-        self._wait_commit()
-        self._write(self._due())
+        consumed. Raises the error of a batch commit's fdatasync that failed since the last call."""
+        self._batch_commit()
+        self._syncer.drain()
 
     def _batch_commit(self) -> None:
-        """The commit of a batch: of many journals in the background every half batch; of a few in the loop
-        every batch (a committer thread waits for the GIL after each of its system calls while the loop
-        reads, so for a few fsyncs the hand-offs cost more than the fsyncs themselves)."""
-        changed = sum(1 for m in self._members.values() if m.position != m.committed)
-        if changed > BACKGROUND_COMMIT and self.commit_every > 1:
-            self._commit_in_background()
-        elif self._uncommitted >= self.commit_every:
-            self.commit()
-
-    def _commit_in_background(self) -> None:
-        """The batch commit: every journal's position, written by the committer thread while the loop goes
-        on. Only one is under way at a time (the next waits for it), and one starts every half batch, so
-        what a crash loses is less than `commit_every` messages, as with a commit in the loop."""
-        self._wait_commit()
-        due = self._due()
-        if not due:
-            return
-        if self._committer is None:
-            self._committer = ThreadPoolExecutor(1, thread_name_prefix="sej-consumer-committer")
-        self._pending = self._committer.submit(self._write, due)
-
-    def _due(self) -> list[tuple[_Member, int]]:
-        """The journals whose positions changed since their last commit, and the positions; counts restart."""
-        due = [(m, m.position) for m in self._members.values() if m.position != m.committed]
+        """Write every changed position to its offset file now, and have the syncer make them durable."""
+        syncer = self._syncer
+        syncer.check()  # a failed fdatasync stops the loop here, before more is committed over it
+        due = [m for m in self._members.values() if m.position != m.committed]
         self._uncommitted = 0
         self._committed_at = time.monotonic()
+        self._touched = {}
         if self._turn is not None and self._turn[1] is not None:  # what the turn took so far is in this commit
             self._turn = (self._turn[0], self._turn[0].position)
-        return due
+        for m in due:
+            m.commit(sync=False)
+        unsynced, self._unsynced = self._unsynced, {}
+        unsynced.update((m.offset.path, m.offset) for m in due if m.offset is not None)
+        syncer.add(unsynced.values())
 
-    def _write(self, due: list[tuple[_Member, int]]) -> None:
-        """Write and fsync the offset files of `due`; many at once by COMMIT_THREADS threads (the fsyncs
-        release the GIL)."""
-        if len(due) <= 2:
-            for m, position in due:
-                m.commit(position)
+    def _write_touched(self) -> None:
+        """While idle (nothing to read): write the positions of the journals consumed from since the last
+        write, without fsync (made durable by the next batch commit). A few files at a time, each a
+        pwrite into the page cache: a batch commit then finds little left to write, and a crash of the
+        process replays even less than a batch."""
+        touched, self._touched = self._touched, {}
+        due = [m for m in touched.values() if m.position != m.committed]
+        if not due:
             return
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(COMMIT_THREADS, thread_name_prefix="sej-consumer-commit")
-        for f in [self._pool.submit(m.commit, position) for m, position in due]:
-            f.result()  # raises the first failure; the others were committed
-
-    def _wait_commit(self) -> None:
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            pending.result()
+        self._syncer.check()
+        for m in due:
+            m.commit(sync=False)
+        self._unsynced.update((m.offset.path, m.offset) for m in due if m.offset is not None)
 
     def positions(self) -> dict[str, int]:
         """Each journal's next offset to consume (the message yielded last counts as consumed)."""
@@ -645,6 +726,7 @@ class Consumer:
         else:
             self._queue(m)
         self._uncommitted += 1
+        self._touched[m.name] = m
 
     def seek_to_time(self, t: int | _dt.datetime) -> None:
         """Consume every journal from its first message at or after `t` (ns since the epoch, or aware datetime)."""
@@ -669,11 +751,9 @@ class Consumer:
             if self._dirs is not None:
                 self._dirs.close()
                 self._dirs = None
+            self._syncer.stop()  # before the locks go: it syncs what is left
             for m in self._members.values():
                 m.close()
-            for pool in (self._committer, self._pool):
-                if pool is not None:
-                    pool.shutdown()
             if self._group is not None:
                 self._group.close()
 

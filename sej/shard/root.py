@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import NamedTuple
 
 from ..errors import InvalidArgumentError
-from ..frames import NO_TIMESTAMP, Message
+from ..frames import NO_TIMESTAMP, Message, ShardMessage
 from ..layout import journal_path, segment_dir
 from ..scanner import Scanner
 from ..watch import Subscription, Wakeup
@@ -124,13 +124,6 @@ class ShardWatch:
         self.close()
 
 
-class ShardMessage(NamedTuple):
-    """A message and the journal it came from (the name `find_journals` gives it)."""
-
-    journal: str
-    message: Message
-
-
 def merge_by_time(streams: Sequence[Iterable[Message]]) -> Iterator[tuple[int, Message]]:
     """(stream number, message) of every stream, merged by timestamp (no timestamp sorts as the oldest).
 
@@ -162,10 +155,10 @@ def merged_scan(
     try:
         for j in journals:
             off = (start or {}).get(j.name)
-            scanners.append(Scanner(j.path, "first" if off is None else off, timeout=0))
+            scanners.append(Scanner(j.path, "first" if off is None else off, timeout=0, _journal=j.name))
 
-        for i, m in merge_by_time(scanners):
-            yield ShardMessage(journals[i].name, m)
+        for _, m in merge_by_time(scanners):
+            yield m  # type: ignore[misc]  # a ShardMessage: its scanner names its journal
     finally:
         for s in scanners:
             s.close()

@@ -19,7 +19,7 @@ from types import FrameType
 from typing import Literal
 
 from ...errors import LockedError
-from ...frames import Message
+from ...frames import Message, ShardMessage
 from ...shard import Consumer
 from ..shell import Failure
 from .output import MessageWriter
@@ -33,7 +33,7 @@ def consume(
     dir: str,
     reader: str | None,
     start: Mapping[str, int] | Literal["committed"],
-    keeps: Callable[[Message], bool],
+    keeps: Callable[[Message | ShardMessage], bool],
     out: MessageWriter,
     *,
     follow: bool,
@@ -50,10 +50,11 @@ def consume(
     with signals.handled():
         try:
             if max_messages != 0:
-                for journal, m in consumer:
+                for m in consumer:
                     signals.held = True
+                    journal = m.journal
                     if keeps(m):
-                        out.write(m, journal or None)  # a lone journal's name is ""
+                        out.write(m, journal or None)  # a lone journal's name is "" (m has a Message's fields)
                     done[journal] = m.offset + 1
                     signals.release()
                     if max_messages is not None and out.written >= max_messages:

@@ -21,7 +21,7 @@ from typing import Any, Literal
 import click
 
 from ...errors import InvalidArgumentError, OffsetOutOfRangeError
-from ...frames import NO_TIMESTAMP, Message
+from ...frames import NO_TIMESTAMP, Message, ShardMessage
 from ...journal import first_offset, last_messages, next_offset, offset_at_time
 from ...layout import check_reader_name
 from ...scanner import Scanner
@@ -63,7 +63,7 @@ class Filters:
     offset: Position | None = None
     types: frozenset[int] = frozenset()
 
-    def keeps(self, m: Message) -> bool:
+    def keeps(self, m: Message | ShardMessage) -> bool:
         ts = m.timestamp
         if self.start is not None and (ts is None or ts < self.start):
             return False

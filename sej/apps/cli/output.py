@@ -27,7 +27,7 @@ from typing import IO, Any
 import click
 import msgpack
 
-from ...frames import Message
+from ...frames import Message, ShardMessage
 from ...timestamps import format_time
 
 FORMATS = ("json", "msgpack", "raw", "hex")
@@ -96,7 +96,9 @@ def _key(k: Any) -> str:
     return json.dumps(_jsonable(k), separators=(",", ":"))
 
 
-def message_object(m: Message, journal: str | None = None, position: int | None = None) -> dict[str, Any]:
+def message_object(
+    m: Message | ShardMessage, journal: str | None = None, position: int | None = None
+) -> dict[str, Any]:
     """The JSON object of a message (value as text or base64)."""
     obj: dict[str, Any] = {}
     if journal is not None:
@@ -127,7 +129,7 @@ class MessageWriter:
         self.written = 0
         self.failed = 0
 
-    def write(self, m: Message, journal: str | None = None, position: int | None = None) -> None:
+    def write(self, m: Message | ShardMessage, journal: str | None = None, position: int | None = None) -> None:
         fmt = self.fmt
         if fmt == "raw":
             line = m.value + b"\n"
