@@ -13,7 +13,7 @@ import pytest
 import sej
 from sej.checksum import check_segment
 from sej.hub.copy import CopyError, copy_journal
-from sej.hub.source import LocalSource
+from sej.hub.source import LocalSource, SftpSource
 from sej.layout import list_segments, sum_path
 from testing.flips import count_kinds, flips, fully_checked, write_journal
 
@@ -161,3 +161,42 @@ def test_bytes_not_yet_covered_wait_for_the_next_pass(tmp_path: Path) -> None:
 
 def seg_size(seg: sej.Segment) -> int:
     return os.path.getsize(seg.path)
+
+
+def test_a_pass_checks_against_checksum_files_read_ahead_over_a_real_sshd(tmp_path: Path, sshd) -> None:  # type: ignore[no-untyped-def]
+    """A pass of sej copy / sej-hub (copy_all) reads each journal's checksum files ahead with its new bytes,
+    in one pipelined round, not one round trip per journal: the check holds the same. Each flipped byte stops
+    that journal's copy before it, with nothing committed, while the other journal is copied whole."""
+    from sej.hub.batch import copy_all
+    from sej.hub.ssh import sftp_sources
+
+    root = tmp_path / "producer"
+    write_journal(str(root / "ev"))
+    write_journal(str(root / "ok"), n=300, seed=8)
+    client = connect_to(sshd)
+    try:
+        make = sftp_sources(client, str(root), "test")
+        for i, f in enumerate(flips(str(root / "ev"), 8, seed=23)):
+            hub = tmp_path / f"hub{i}"
+            try:
+                outcomes = {o.journal: o for o in copy_all(make, str(hub), "c1", "hub", workers=4)}
+                assert isinstance(outcomes["ev"].error, CopyError), (f, outcomes["ev"])
+                assert "journal ev" in str(outcomes["ev"].error), f
+                assert outcomes["ok"].error is None and outcomes["ok"].result is not None
+                assert not os.path.exists(root / "ev" / "ofs" / "hub.ofs"), f
+                f.undo()
+                prefix_of(str(hub / "c1.ev"), str(root / "ev"))
+            finally:
+                shutil.rmtree(hub, ignore_errors=True)
+        hub = tmp_path / "hub"
+        one_by_one: list[str] = []  # checksum files read by a copy itself, a round trip each
+        real = SftpSource.read_sums
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(SftpSource, "read_sums", lambda self, j, name: one_by_one.append(name) or real(self, j, name))
+            outcomes = {o.journal: o for o in copy_all(make, str(hub), "c1", "hub", workers=4)}
+        assert all(o.error is None for o in outcomes.values()), outcomes
+        assert one_by_one == [], "checksum files read one by one instead of ahead"
+        fully_checked(str(hub / "c1.ev"))
+        assert sej.next_offset(str(hub / "c1.ev")) == sej.next_offset(str(root / "ev"))
+    finally:
+        client.close()

@@ -35,6 +35,7 @@ from typing import Any, NamedTuple
 from ..errors import InvalidArgumentError, UnsafeFileError
 from ..fsutil import atomic_write, read_regular
 from ..layout import check_reader_name, list_segments, parse_segment_name, segment_dir, segment_name
+from . import copy as hub_copy
 from .copy import CHECK_WINDOW, CopyResult, Destinations, copy_journal
 from .names import check_client_id, check_journal_name, destination_name
 from .source import Call, Source, SourceSegment
@@ -220,11 +221,13 @@ class Prefetched:
         segments: list[SourceSegment] | None,
         data: dict[str, tuple[int, bytes, bool]],
         committed: int | None,
+        sums: dict[str, bytes | None] | None = None,
     ) -> None:
         self.source = source
         self._segments = segments
         self._data = data  # segment name -> (start, bytes, they reach the end of the file as listed)
         self._committed = committed
+        self._sums = sums or {}  # segment name -> its checksum file (None: it has none), read ahead
         self.commit: int | None = None
 
     def journals(self) -> list[str]:
@@ -250,6 +253,8 @@ class Prefetched:
         return self.source.read(journal, name, pos, size)
 
     def read_sums(self, journal: str, name: str) -> bytes | None:
+        if name in self._sums:
+            return self._sums.pop(name)  # once: a second look (a later pass of copy_journal) reads it afresh
         return self.source.read_sums(journal, name)
 
     def read_offset(self, journal: str, reader: str) -> int | None:
@@ -299,6 +304,7 @@ class _Plan:
         self.segments: list[SourceSegment] | None = None  # the source's, as listed (or probed)
         self.reads: list[tuple[str, int, int, bool]] = []  # (segment, start, size, to the end as listed)
         self.data: dict[str, tuple[int, bytes, bool]] = {}
+        self.sums: dict[str, bytes | None] = {}  # the producer's checksum files of the segments read ahead
         self.grown = False  # probed: only its hub's last segment grew, so it was not listed
         self.big = False  # more to copy than PREFETCH_PER_JOURNAL: copy_journal reads it itself
         self.hub_tail: tuple[str, int] | None = None  # the hub's last segment (name, size) before the copy
@@ -415,7 +421,7 @@ def copy_all(
                         _read(spread if remote else lister.many, batch)
 
                     def one(p: _Plan) -> tuple[_Plan, JournalOutcome, Prefetched]:
-                        src = Prefetched(own_source(), p.segments, p.data, p.committed)
+                        src = Prefetched(own_source(), p.segments, p.data, p.committed, p.sums)
                         try:
                             result = copy_journal(src, p.journal, dest_root, client_id, reader, stop, on_bytes,
                                                   destinations=destinations)  # fmt: skip
@@ -433,7 +439,7 @@ def copy_all(
                         done = list(local_pool.map(one, [p for p in batch if not p.big]))
                         done += [f.result() for f in big]
                     for p, outcome, _src in done:
-                        p.data = {}  # the bytes are written: free them before the next round
+                        p.data, p.sums = {}, {}  # the bytes are written: free them before the next round
                         outcomes[p.journal] = _added(outcomes.get(p.journal), outcome)
                         if p.grown and outcome.result is not None:
                             grown.append(p)
@@ -547,18 +553,30 @@ def _rounds(work: list[_Plan]) -> Iterator[list[_Plan]]:
 
 
 def _read(many: Callable[[list[Call]], list[Any]], batch: list[_Plan]) -> None:
-    """Read ahead what each journal of a round lacks, all at once. Over SFTP `many` spreads them over the
-    workers' channels, so several sftp-servers serve them (1,000 small reads: 0.16-0.22 s, 0.46 s on one)."""
+    """Read ahead what each journal of a round lacks, and the checksum files of the segments it copies into,
+    all at once. Over SFTP `many` spreads them over the workers' channels, so several sftp-servers serve
+    them (1,000 small reads: 0.16-0.22 s, 0.46 s on one); a checksum file read by each copy instead cost a
+    round trip per journal in the copy phase (0.8 s of a 1,000-journal pass)."""
     reads: list[Call] = []
     wanted: list[tuple[_Plan, str, int, int, bool]] = []
+    sums: list[Call] = []
+    sums_of: list[tuple[_Plan, str]] = []
     for p in batch:
+        have_name, have_size = p.hub_tail or ("", 0)
         for name, start, size, to_end in p.reads:
             reads.append(("read", p.journal, name, start, size))
             wanted.append((p, name, start, size, to_end))
-    for (p, name, start, size, to_end), got in zip(wanted, many(reads) if reads else [], strict=True):
+            if hub_copy.VERIFY and start + size > (have_size if name == have_name else 0):  # bytes to copy: checked
+                sums.append(("read_sums", p.journal, name))
+                sums_of.append((p, name))
+    got_all = many(reads + sums) if reads else []
+    for (p, name, start, size, to_end), got in zip(wanted, got_all[: len(reads)], strict=True):
         if isinstance(got, bytes):
             # Fewer bytes than asked: not the end of the file as listed (it shrank, or a short read).
             p.data[name] = (start, got, to_end and len(got) == size)
+    for (p, name), got in zip(sums_of, got_all[len(reads) :], strict=True):
+        if got is None or isinstance(got, bytes):  # an error: copy_journal asks again, and reports it
+            p.sums[name] = got
 
 
 def _spread(pool: ThreadPoolExecutor, own_source: Callable[[], Source], calls: list[Call], ways: int) -> list[Any]:
