@@ -302,13 +302,14 @@ def bench_group_commit(cfg: Config, scratch: Path) -> list[Result]:
         "GIL around on 2 cores; the no-op sync rows above show the same ceiling for thread wake-ups. The "
         "futures' batching itself works: messages per fsync reach the number of waiting producers.",
         "Tried for the asyncio rows (not kept): once half of the waiting producers had appended, the event loop "
-        "blocked (at most 1 ms) until the committer thread took their messages, so that their fsync would run "
-        "while the loop ran the other half. Cohorts of 32 formed (32.0 messages per fsync), but throughput "
-        "stayed at 106k msg/s against 110k without: after each fsync the committer needs the GIL again to "
-        "resolve its futures and take the next cohort, and the loop holds it while it runs producers, so the "
-        "fsyncs still alternate with the Python work instead of overlapping it. Overlap needs a committer that "
-        "does not need the GIL between two fsyncs: a helper process, or io_uring, which the standard library "
-        "does not offer.",
+        "blocked (at most 1-2 ms) until the committer thread took their messages, so that their fsync would run "
+        "while the loop ran the other half. Done at every round it stayed at 106k msg/s against 110k without; "
+        "done only while the committer was idle, two cohorts of 32 formed and kept alternating (32.0 messages "
+        "per fsync), at 82k msg/s: each cohort costs the same two thread wake-ups a cohort of 64 did, and the "
+        "overlap does not come, because the committer hands each cohort's results to the loop (a write to its "
+        "self-pipe, which releases the GIL) before it takes the next cohort, so the loop runs the woken "
+        "producers first and the next fsync starts after them. Overlap needs a committer that does not need "
+        "the GIL between two fsyncs: a helper process, or io_uring, which the standard library does not offer.",
     ]
     if not ok8:
         notes.append(
