@@ -118,8 +118,9 @@ def write_in_place(path: str, value: int, *, sync: bool = True) -> bool | None:
 
     fdatasync'd when `sync`. Returns True when the file was created (its directory entry is
     durable only once the directory is fsynced), False when it was overwritten, None, with
-    nothing written, when it holds anything but 0 or 8 bytes. UnsafeFileError when it is not
-    a regular file. Only the holder of the reader's lock may call this.
+    nothing written, when it holds anything but 0 or 8 bytes or has other names (hard links: the
+    caller then replaces the name, leaving the other files alone). UnsafeFileError when it is
+    not a regular file. Only the holder of the reader's lock may call this.
     """
     created = False
     flags = os.O_RDWR | os.O_NONBLOCK  # nonblocking: no fcntl calls after the open (a regular file never blocks)
@@ -132,8 +133,10 @@ def write_in_place(path: str, value: int, *, sync: bool = True) -> bool | None:
         except FileExistsError:  # created meanwhile (not by a reader: those hold the lock)
             fd = open_regular(path, flags)
     try:
-        if not created and os.fstat(fd).st_size not in (0, 8):
-            return None
+        if not created:
+            st = os.fstat(fd)
+            if st.st_size not in (0, 8) or st.st_nlink != 1:
+                return None
         if os.pwrite(fd, U64.pack(value), 0) != 8:
             raise OSError(errno.EIO, f"short write to {path}")
         if sync:
@@ -155,6 +158,18 @@ def sync_offset_file(path: str, *, created: bool = False) -> None:
         fsync_dir(os.path.dirname(path))
 
 
+def read_offset_durably(path: str) -> int | None:
+    """read_offset_file, the value made durable before it is returned (the file, and its name in ofs/):
+    for whoever deletes data by it (retention), since a reader may have written it without fsync."""
+    value = read_offset_file(path)
+    if value is not None:
+        try:
+            sync_offset_file(path, created=True)
+        except FileNotFoundError:  # removed meanwhile: the value read still holds data back, which is safe
+            pass
+    return value
+
+
 def remove_stale_temps(dir_fd: int, now: float | None = None) -> list[str]:
     """Remove the commit temp files (TEMP_RE) older than STALE_TEMP_AGE in the directory `dir_fd`.
 
@@ -174,15 +189,6 @@ def remove_stale_temps(dir_fd: int, now: float | None = None) -> list[str]:
             continue
         removed.append(name)
     return removed
-
-
-def _create_empty(path: str) -> bool:
-    """Create the empty .ofs file `path`; False if it exists (then read_offset_file read it as empty)."""
-    try:
-        os.close(create_exclusive(path))
-    except FileExistsError:
-        return False
-    return True
 
 
 class Offset:
@@ -239,7 +245,7 @@ class Offset:
         if not isinstance(offset, int) or isinstance(offset, bool) or not 0 <= offset <= MAX_OFFSET:
             raise InvalidArgumentError(f"offset must be an int in 0..2**64-1, got {offset!r}")
         created = write_in_place(self.path, offset, sync=sync)
-        if created is None:  # neither 0 nor 8 bytes: replaced whole, durably
+        if created is None:  # neither 0 nor 8 bytes, or hard-linked: replaced whole, durably
             write_offset_file(self.path, offset)
             self._created = False
         else:

@@ -49,7 +49,7 @@ from .layout import (
     sum_path,
 )
 from .lock import lock_file
-from .offset import read_offset_file
+from .offset import read_offset_durably, read_offset_file
 from .segment import tail
 
 LOCK_NAME = RETENTION_LOCK
@@ -119,18 +119,26 @@ class ReaderFloor(NamedTuple):
 
 
 def reader_floor(
-    journal_dir: str | os.PathLike[str], first: int, required: Iterable[str] = (), exclude: Iterable[str] = ()
+    journal_dir: str | os.PathLike[str],
+    first: int,
+    required: Iterable[str] = (),
+    exclude: Iterable[str] = (),
+    durable: bool = False,
 ) -> ReaderFloor:
     """The readers of a journal whose first offset is `first`, and the offset all of them have passed.
 
     `required` readers count even without an offset file; `exclude`d ones never count.
     A malformed offset file raises CorruptionError. Retention, `sej old` and the archive
-    all take their floor from here.
+    all take their floor from here. With `durable` (before deleting by it), each offset
+    read is made durable first: a consumer's last commits may still be in the page cache
+    (its syncer fsyncs them a moment later), and segments deleted by a value a power loss
+    then takes back would be messages that consumer never gets.
     """
     path = journal_path(journal_dir)
     skip = set(exclude)
     names = sorted((set(list_readers(path)) | set(_check_required(required))) - skip)
-    readers = tuple((n, read_offset_file(reader_offset_path(path, n))) for n in names)
+    read = read_offset_durably if durable else read_offset_file
+    readers = tuple((n, read(reader_offset_path(path, n))) for n in names)
     if not readers:
         return ReaderFloor(readers, None, "the journal has no readers, so no segment counts as read")
     empty = [n for n, o in readers if o is None]
@@ -265,7 +273,8 @@ def apply_retention(plan: RetentionPlan, on_delete: Callable[[Deletion], None] |
     """
     path = plan.journal
     segs = list_segments(path)
-    _readers, floor, blocked = reader_floor(path, segs[0].first_offset if segs else 0, plan.required_readers)
+    _readers, floor, blocked = reader_floor(path, segs[0].first_offset if segs else 0, plan.required_readers,
+                                            durable=True)  # fmt: skip
     if blocked:
         floor = None
     deleted: list[Deletion] = []

@@ -155,6 +155,10 @@ class DirWatch:
         self._fd = InotifyFD.get_instance()
         self._watches: dict[str, tuple[object, _DirCallback]] = {}
 
+    def __contains__(self, path: object) -> bool:
+        """Whether `path` is watched now (a watch ends when its directory goes)."""
+        return path in self._watches
+
     def add(self, path: str, on_change: Callable[[bool], None]) -> bool:
         """Watch `path`; False if it is gone (or not a directory)."""
         if path in self._watches:

@@ -179,6 +179,73 @@ def test_a_failed_offset_sync_is_raised_by_the_loop(tmp_path: Path) -> None:
         c.close()
 
 
+def test_a_commit_failing_part_way_leaves_nothing_unsynced_behind(tmp_path: Path) -> None:
+    """A write failing on one journal (a full disk, once) raises from commit(); the journals written before it
+    are synced by the next commit all the same, and an fdatasync that failed is tried again by the next one."""
+    root = tmp_path / "root"
+    write_root(root, 3, 10)
+    synced: list[str] = []
+    real_commit, real_sync = sej.Offset.commit, sej.Offset.sync
+    broken = {"write": "ev.2.001", "sync": "ev.2.002"}
+
+    def commit(self: sej.Offset, offset: int, *, sync: bool = True) -> None:
+        if broken.get("write") and broken["write"] in self.path:
+            del broken["write"]
+            raise OSError(28, "No space left on device (injected)")
+        real_commit(self, offset, sync=sync)
+
+    def sync(self: sej.Offset) -> None:
+        if broken.get("sync") and broken["sync"] in self.path:
+            del broken["sync"]
+            raise OSError(5, "Input/output error (injected)")
+        real_sync(self)
+        synced.append(os.path.basename(os.path.dirname(os.path.dirname(self.path))))
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sej.Offset, "commit", commit)
+        mp.setattr(sej.Offset, "sync", sync)
+        c = sej.Consumer(root, "app", commit_every=1000, commit_interval=3600, follow=False)
+        got = 0
+        with pytest.raises(OSError, match="No space left"):  # the loop's write of the positions, at its end
+            for _ in c:
+                got += 1
+        assert got == 30
+        with pytest.raises(OSError, match="Input/output error"):
+            c.commit()  # writes the rest; the sync of ev.2.002 fails
+        c.commit()  # tries it again
+        c.close()
+    assert sorted(set(synced)) == ["ev.2.000", "ev.2.001", "ev.2.002"]
+    for name in ("ev.2.000", "ev.2.001", "ev.2.002"):
+        assert read_offset_file(reader_offset_path(str(root / name), "app")) == 10
+
+
+def test_a_journal_given_up_is_synced_before_its_lock_goes(tmp_path: Path) -> None:
+    """A group member giving a journal up (a rebalance) makes its position durable before it releases the
+    reader lock, also when the position was written while idle (no fsync yet)."""
+    root = tmp_path / "root"
+    write_root(root, 2, 5)
+    events: list[str] = []
+    real_sync, real_close = sej.Offset.sync, sej.Offset.close
+
+    def sync(self: sej.Offset) -> None:
+        real_sync(self)
+        events.append("sync " + os.path.basename(self.dir))
+
+    def close(self: sej.Offset) -> None:
+        events.append("close " + os.path.basename(self.dir))
+        real_close(self)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sej.Offset, "sync", sync)
+        mp.setattr(sej.Offset, "close", close)
+        with sej.Consumer(root, "app", group=True, timeout=0) as c:
+            assert sum(1 for _ in c) == 10  # the positions written while idle, at the timeout
+            assert read_offset_file(reader_offset_path(str(root / "ev.1.000"), "app")) == 5
+            events.clear()
+            c._release(["ev.1.000"])  # as a rebalance does when another member takes its share
+            assert events == ["sync ev.1.000", "close ev.1.000"], events
+
+
 def test_a_lone_journal_and_start_positions(tmp_path: Path) -> None:
     d = tmp_path / "j"
     with sej.Writer(d) as w:

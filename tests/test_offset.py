@@ -229,3 +229,17 @@ def test_readers_never_see_a_torn_value_while_another_process_commits(journal: s
         p.wait(30)
     assert seen <= {0x0101010101010101, 0xFEFEFEFEFEFEFEFE}, f"torn values read: {seen}"
     assert len(seen) == 2  # the commits did race the reads
+
+
+def test_a_hard_linked_offset_file_is_replaced_not_written_through(journal: str, tmp_path) -> None:
+    """Overwriting in place would write into every file linked to the .ofs file: with more than one link the
+    commit replaces the name (temp file and rename) and the other file keeps its bytes."""
+    other = tmp_path / "elsewhere"
+    other.write_bytes(bytes(8))
+    path = os.path.join(journal, "ofs", "r.ofs")
+    os.makedirs(os.path.dirname(path))
+    os.link(other, path)
+    with sej.Offset(journal, "r") as o:
+        o.commit(2)
+    assert other.read_bytes() == bytes(8)
+    assert read_offset_file(path) == 2 and os.stat(path).st_nlink == 1

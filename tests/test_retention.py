@@ -342,6 +342,35 @@ def test_apply_keeps_what_a_reader_no_longer_has_passed(jdir: str) -> None:
     assert firsts(jdir)[0] == 3 and read_all(jdir, 4) == list(range(4, N))
 
 
+def test_apply_makes_the_reader_offsets_it_deletes_by_durable_first(jdir: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A consumer writes its positions at once and fdatasyncs them a moment later (Offset.commit(sync=False)):
+    apply fdatasyncs every reader's offset file and fsyncs ofs/ before it deletes anything by them, so no
+    deletion outlives, after a power loss, the position that allowed it. A plan alone syncs nothing."""
+    build(jdir)
+    with sej.Offset(jdir, "app") as o:
+        o.commit(9, sync=False)  # written, not synced: as a consumer's batch commit leaves it
+    commit(jdir, "hub", 12)
+    events: list[str] = []
+    real_fdatasync, real_fsync, real_remove = os.fdatasync, os.fsync, os.remove
+
+    def where(fd: int) -> str:
+        return os.readlink(f"/proc/self/fd/{fd}")
+
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (events.append("fdatasync " + where(fd)), real_fdatasync(fd)))
+    monkeypatch.setattr(os, "fsync", lambda fd: (events.append("fsync " + where(fd)), real_fsync(fd)))
+    monkeypatch.setattr(os, "remove", lambda p: (events.append("remove " + str(p)), real_remove(p)))
+    plan = plan_retention(jdir, max_messages=0)
+    assert events == [], "planning syncs nothing"
+    result = apply_retention(plan)
+    assert [d.segment.first_offset for d in result.deleted] == [0, 3, 6]
+    first_remove = next(i for i, e in enumerate(events) if e.startswith("remove "))
+    before = events[:first_remove]
+    ofs = os.path.join(os.path.realpath(jdir), "ofs")
+    for reader in ("app", "hub"):
+        assert f"fdatasync {os.path.join(ofs, reader + '.ofs')}" in before, (reader, events)
+    assert f"fsync {ofs}" in before, events
+
+
 # -- crashes ---------------------------------------------------------------------------------------
 
 

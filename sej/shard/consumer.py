@@ -154,11 +154,14 @@ class _Syncer:
         self._busy = False
         self._stopped = False
         self._error: BaseException | None = None
+        self._failed: dict[str, Offset] = {}  # synced without success: tried again with the next add
         self._thread: threading.Thread | None = None
 
     def add(self, offsets: Iterable[Offset]) -> None:
-        """fdatasync these offsets' files."""
+        """fdatasync these offsets' files (and again those whose fdatasync failed)."""
         with self._cond:
+            self._dirty.update(self._failed)
+            self._failed = {}
             for o in offsets:
                 self._dirty[o.path] = o
             if not self._dirty:
@@ -201,6 +204,7 @@ class _Syncer:
                 dirty, self._dirty = list(self._dirty.values()), {}
                 self._busy = True
             error = None
+            failed = []
             for i, o in enumerate(dirty):
                 if i and not i % SYNC_CHUNK:
                     time.sleep(SYNC_PAUSE)  # the GIL free for the loop: see SYNC_CHUNK
@@ -208,8 +212,11 @@ class _Syncer:
                     o.sync()
                 except BaseException as e:  # kept for the loop: a commit it cannot make durable must be seen
                     error = error or e
+                    failed.append(o)
             with cond:
                 self._busy = False
+                for o in failed:
+                    self._failed[o.path] = o
                 if error is not None and self._error is None:
                     self._error = error
                 cond.notify_all()
@@ -309,10 +316,10 @@ class Consumer:
     `reader` None reads without a reader: no offset file is locked or written (a read-only tree
     will do), and `commit()` only marks positions as committed in this process.
 
-    Iterating yields `ShardMessage(journal, message)`: the journal's name under the root ("" for a
-    lone journal) and the message. With `follow`, iteration waits for new messages and new journals,
-    and ends after `timeout` seconds without any (None: never); without it, it ends once every
-    journal is read to its end.
+    Iterating yields `ShardMessage(journal, offset, timestamp, type, key, value)`: the journal's name
+    under the root ("" for a lone journal) and the message's fields (`.message`: the Message alone).
+    With `follow`, iteration waits for new messages and new journals, and ends after `timeout`
+    seconds without any (None: never); without it, it ends once every journal is read to its end.
 
     `start`: where each journal starts: "committed" (the reader's committed offset, or the journal's
     first message if none, or without a reader), "first", "last", an offset, a mapping of journal names to offsets
@@ -368,7 +375,6 @@ class Consumer:
         self._swept_at = 0.0
         self._sweeping: deque[str] = deque()  # the journals the sweep under way has yet to queue
         self._listed_at = 0.0  # when the root was last listed
-        self._watched: set[str] = set()  # the directories in the root watched for a jnl/ appearing
         self._closed = False
         self._syncer = _Syncer()
         self._touched: dict[str, _Member] = {}  # journals consumed from since the last write of positions
@@ -444,11 +450,10 @@ class Consumer:
             with os.scandir(self.root) as entries:  # a journal still being created: its jnl/ appearing
                 for e in entries:
                     if e.is_dir(follow_symlinks=False) and e.name not in self._members:
+                        new = e.path not in self._dirs
                         self._dirs.add(e.path, ev.root_changed)
-                        if e.path not in self._watched:
-                            self._watched.add(e.path)
-                            if is_journal(e.path):  # its jnl/ came before the watch: list the root again
-                                ev.root_changed(True)
+                        if new and is_journal(e.path):  # its jnl/ came before the watch: list the root again
+                            ev.root_changed(True)
         for m in self._members.values():
             self._watch_journal(m.name, m.path)
 
@@ -499,10 +504,11 @@ class Consumer:
         for name in names:
             m = self._members.pop(name)
             self._touched.pop(name, None)
-            if m.offset is not None:
-                self._unsynced.pop(m.offset.path, None)
             try:
-                m.commit(sync=True)
+                m.commit(sync=False)
+                if m.offset is not None:
+                    self._unsynced.pop(m.offset.path, None)
+                    m.offset.sync()  # durable before its lock goes: also what was written while idle
             finally:
                 m.close()
         log.info("%s: reader %s gave up %d journals", self.root, self.reader, len(names))
@@ -526,7 +532,8 @@ class Consumer:
         now = time.monotonic()
         if sweep or now - self._swept_at >= SWEEP:
             self._swept_at = now
-            self._sweeping = deque(self._members)  # a fstat each: a missed event costs at most SWEEP seconds
+            if not self._sweeping:  # one still under way (long turns) goes on: its last journals come next
+                self._sweeping = deque(self._members)  # a fstat each: a missed event costs about SWEEP seconds
             if self._dirs is None or self._group is not None or now - self._listed_at >= REDISCOVER:
                 rescan = True
         sweeping = self._sweeping
@@ -678,10 +685,8 @@ class Consumer:
         self._touched = {}
         if self._turn is not None and self._turn[1] is not None:  # what the turn took so far is in this commit
             self._turn = (self._turn[0], self._turn[0].position)
-        for m in due:
-            m.commit(sync=False)
+        self._write(due)
         unsynced, self._unsynced = self._unsynced, {}
-        unsynced.update((m.offset.path, m.offset) for m in due if m.offset is not None)
         syncer.add(unsynced.values())
 
     def _write_touched(self) -> None:
@@ -694,9 +699,16 @@ class Consumer:
         if not due:
             return
         self._syncer.check()
+        self._write(due)
+
+    def _write(self, due: list[_Member]) -> None:
+        """Write the positions of `due` (no fsync), each one kept for the syncer as soon as it is written: a
+        failure part way leaves those before it to be synced by the next commit."""
+        unsynced = self._unsynced
         for m in due:
             m.commit(sync=False)
-        self._unsynced.update((m.offset.path, m.offset) for m in due if m.offset is not None)
+            if m.offset is not None:
+                unsynced[m.offset.path] = m.offset
 
     def positions(self) -> dict[str, int]:
         """Each journal's next offset to consume (the message yielded last counts as consumed)."""
