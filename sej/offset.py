@@ -227,6 +227,7 @@ class Offset:
             stored = first_offset(self.dir) if default == "first" else next_offset(self.dir)
         self._value = stored
         self._created = False  # this object created the file and has not fsynced its directory since
+        self._unsynced = False  # a commit made without sync, not synced since
 
     @property
     def value(self) -> int:
@@ -244,6 +245,8 @@ class Offset:
             raise ClosedError(f"offset {self.name} of {self.dir} is closed")
         if not isinstance(offset, int) or isinstance(offset, bool) or not 0 <= offset <= MAX_OFFSET:
             raise InvalidArgumentError(f"offset must be an int in 0..2**64-1, got {offset!r}")
+        if not sync:
+            self._unsynced = True  # before the write: a sync running meanwhile clears it first, then syncs
         created = write_in_place(self.path, offset, sync=sync)
         if created is None:  # neither 0 nor 8 bytes, or hard-linked: replaced whole, durably
             write_offset_file(self.path, offset)
@@ -256,8 +259,15 @@ class Offset:
         self._value = offset
 
     def sync(self) -> None:
-        """Make the commits made with ``sync=False`` durable."""
-        sync_offset_file(self.path, created=self._created)
+        """Make the commits made with ``sync=False`` durable (nothing to do without one)."""
+        if not self._unsynced:
+            return
+        self._unsynced = False  # before the fdatasync, which covers every write before it
+        try:
+            sync_offset_file(self.path, created=self._created)
+        except BaseException:
+            self._unsynced = True
+            raise
         self._created = False
 
     def close(self) -> None:

@@ -224,26 +224,30 @@ def test_a_journal_given_up_is_synced_before_its_lock_goes(tmp_path: Path) -> No
     reader lock, also when the position was written while idle (no fsync yet)."""
     root = tmp_path / "root"
     write_root(root, 2, 5)
+    sej.Writer(root / "zz.1.000").close()  # nothing to consume: nothing committed, no offset file to sync
     events: list[str] = []
-    real_sync, real_close = sej.Offset.sync, sej.Offset.close
+    real_fdatasync, real_close = os.fdatasync, sej.Offset.close
 
-    def sync(self: sej.Offset) -> None:
-        real_sync(self)
-        events.append("sync " + os.path.basename(self.dir))
+    def fdatasync(fd: int) -> None:
+        real_fdatasync(fd)
+        events.append("fdatasync " + os.path.relpath(os.readlink(f"/proc/self/fd/{fd}"), os.path.realpath(root)))
 
     def close(self: sej.Offset) -> None:
         events.append("close " + os.path.basename(self.dir))
         real_close(self)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(sej.Offset, "sync", sync)
+        mp.setattr(os, "fdatasync", fdatasync)
         mp.setattr(sej.Offset, "close", close)
         with sej.Consumer(root, "app", group=True, timeout=0) as c:
             assert sum(1 for _ in c) == 10  # the positions written while idle, at the timeout
             assert read_offset_file(reader_offset_path(str(root / "ev.1.000"), "app")) == 5
             events.clear()
             c._release(["ev.1.000"])  # as a rebalance does when another member takes its share
-            assert events == ["sync ev.1.000", "close ev.1.000"], events
+            assert events == ["fdatasync ev.1.000/ofs/app.ofs", "close ev.1.000"], events
+            events.clear()
+            c._release(["zz.1.000"])  # nothing committed there: nothing to sync (its offset file does not exist)
+            assert events == ["close zz.1.000"], events
 
 
 def test_a_lone_journal_and_start_positions(tmp_path: Path) -> None:
