@@ -414,7 +414,9 @@ def test_sigkilled_consumer_replays_at_most_its_uncommitted_batch_and_skips_noth
         left = total - len(seen)  # the child prints at least these (it replays, never skips)
         if left == 0:
             break
-        p = subprocess.Popen([sys.executable, "-c", CONSUMER, str(root), str(every)], stdout=subprocess.PIPE,
+        # 0.5 ms of work per message, as real work would take: a kill lands a few messages after the one waited
+        # for, so that every round leaves something for the next (a bare consumer reads thousands meanwhile).
+        p = subprocess.Popen([sys.executable, "-c", CONSUMER, str(root), str(every), "0.0005"], stdout=subprocess.PIPE,
                              env=env, text=True)  # fmt: skip
         assert p.stdout is not None
         lines: list[str] = []
