@@ -389,7 +389,7 @@ def bench_group_commit(cfg: Config, scratch: Path) -> list[Result]:
         f"Acknowledged appends (`submit`, `append_async`: one committer thread per writer takes every pending "
         f"message, fsyncs once, resolves them all): messages per fsync {pera:.1f} with 64 asyncio producers, "
         f"{pers1:.1f} with 64 threads waiting for each message, {pers16:.1f} with 16 in flight per thread.",
-        "Why 64 asyncio producers stay near 20x: all of them wait on the same fsync, so a round is the "
+        f"Why 64 asyncio producers stay at {ra / raw:.1f}x: all of them wait on the same fsync, so a round is the "
         "Python work of 64 appends and wake-ups, then one fsync with the event loop idle: the GIL keeps the "
         "committer from starting the fsync while the loop still runs producers, and this disk's fsync is "
         "fast (see the baseline), so the Python part dominates. The no-op row is the ceiling the Python "
@@ -403,7 +403,8 @@ def bench_group_commit(cfg: Config, scratch: Path) -> list[Result]:
         f"threads; the futures' batching itself works (messages per fsync reach the number of waiting "
         f"threads). Threads that keep several futures in flight (the 16-in-flight row) or submit batches "
         f"(`submit_many`) are not bound by it.",
-        "Tried for the asyncio rows (not kept): once half of the waiting producers had appended, the event loop "
+        "Tried for the asyncio rows (not kept; measured on 2026-11-25 on a machine where the no-op row read "
+        "176k msg/s): once half of the waiting producers had appended, the event loop "
         "blocked (at most 1-2 ms) until the committer thread took their messages, so that their fsync would run "
         "while the loop ran the other half. Done at every round it stayed at 106k msg/s against 110k without; "
         "done only while the committer was idle, two cohorts of 32 formed and kept alternating (32.0 messages "
@@ -419,7 +420,8 @@ def bench_group_commit(cfg: Config, scratch: Path) -> list[Result]:
             "the next, so one fsync covers at most 8 messages (one per thread): the ratio is bounded by 8x even "
             f"with free thread hand-offs. Measured: {per8:.1f} messages per fsync. On this 2-core machine the rest "
             "is lost to waking threads and handing the GIL around between fsyncs (compare the no-op row, and the "
-            "fsyncs per second above). Group commit strategies tried and measured (one rate each, 8 threads): a "
+            "fsyncs per second above). Group commit strategies tried and measured in an earlier session (one rate "
+            "each, 8 threads): a "
             "leader that gathers about as many waiters as the last fsync covered before fsyncing (6.0 messages per "
             "fsync but 1,668 fsyncs/s, 10.0k msg/s); one Condition with notify_all (3.6 per fsync, 10.2k msg/s); "
             "per-thread events waking only covered threads, the leader fsyncing again at once for threads "
