@@ -216,7 +216,7 @@ def test_metrics_health_and_status_of_a_real_hub_through_an_sshd_outage(tmp_path
         docs = json_lines(proc)  # every line is one JSON object
         summaries = {d["client"]: d for d in docs if d.get("summary")}
         assert set(summaries) == set(roots), docs[-10:]
-        # The hub's errors name the client (paramiko's own records, from its transport threads, cannot).
+        # The hub's errors name the client (paramiko's records too: tests/test_hub_ssh.py).
         errors = [d for d in docs if d["level"] == "ERROR" and d["logger"].startswith("sej")]
         assert errors and all(d.get("client") == "remote" for d in errors), errors
     finally:

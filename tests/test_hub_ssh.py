@@ -424,8 +424,10 @@ def test_sej_copy_from_a_peer_that_resets_before_the_banner_says_why_in_one_line
         assert server.resets >= 3
 
 
-def test_sej_hub_logs_a_reset_before_the_banner_without_a_traceback(tmp_path) -> None:
-    from .test_hub_daemon import error_lines, hub_script, run, write_config
+def hub_once_against_a_reset(tmp_path: Path, *args: str, **top: object) -> tuple[subprocess.CompletedProcess[str], int]:
+    """`sej-hub --once` with one client "s" whose server resets the connection after its first bytes;
+    the finished process and the server's port."""
+    from .test_hub_daemon import hub_script, run, write_config
 
     known_hosts = tmp_path / "known_hosts"
     known_hosts.write_text("")
@@ -434,12 +436,50 @@ def test_sej_hub_logs_a_reset_before_the_banner_without_a_traceback(tmp_path) ->
     with ResettingServer(b"SSH-2.0-Op") as server:
         client = {"client_id": "s", "host": "127.0.0.1", "port": server.port, "user": "u",
                   "identity_file": identity, "known_hosts": known_hosts, "remote_root": "/src"}  # fmt: skip
-        conf = write_config(tmp_path / "hub.toml", tmp_path / "hub", [client])
-        p = run([hub_script(), "--config", str(conf), "--once"], timeout=60)
+        conf = write_config(tmp_path / "hub.toml", tmp_path / "hub", [client], **top)
+        return run([hub_script(), "--config", str(conf), "--once", *args], timeout=60), server.port
+
+
+def test_sej_hub_logs_a_reset_before_the_banner_without_a_traceback(tmp_path) -> None:
+    from .test_hub_daemon import error_lines
+
+    p, port = hub_once_against_a_reset(tmp_path)
     assert p.returncode == 1, p.stderr
     assert "Traceback" not in p.stderr and 'File "' not in p.stderr
-    assert f"client s: u@127.0.0.1:{server.port}: connection reset by the peer before the SSH banner" in p.stderr
+    assert f"client s: u@127.0.0.1:{port}: connection reset by the peer before the SSH banner" in p.stderr
     assert error_lines(p.stderr, "sej-hub") == ["sej-hub: error: 1 failures in 1 of 1 clients (see the log above)"]
+
+
+def test_sej_hub_json_log_names_the_client_in_paramikos_own_records(tmp_path) -> None:
+    """Among many clients, paramiko's lines (its transport thread's) said nothing of which client's
+    connection they were about: now they go to paramiko.transport.<client id> with the `client` field."""
+    import json
+
+    p, _ = hub_once_against_a_reset(tmp_path, "--log-level", "DEBUG", log_format="json")
+    assert p.returncode == 1, p.stderr
+    *log, last = p.stderr.splitlines()
+    assert last == "sej-hub: error: 1 failures in 1 of 1 clients (see the log above)"  # the exit line, not a log line
+    docs = [json.loads(line) for line in log]  # every line of the log is one JSON object
+    theirs = [d for d in docs if d["logger"].startswith("paramiko")]
+    assert theirs, docs  # at DEBUG, paramiko says what it does on every connect
+    assert all(d["logger"].startswith("paramiko.transport.s") and d.get("client") == "s" for d in theirs), theirs
+    assert not any("traceback" in d or 'File "' in d["message"] for d in docs), docs  # the filter still applies
+
+
+def test_a_connection_logs_as_its_client_down_to_its_sftp_channels(sshd, caplog) -> None:
+    """connect(log_as=...): the transport's records and its SFTP channels' name the client."""
+    from sej.hub.ssh import log_channel
+
+    with caplog.at_level(logging.DEBUG, logger="paramiko"):
+        client = connect(endpoint(sshd), timeout=scaled(15), log_as="c-7")
+        try:
+            sftp_sources(client, "/", "test")().close()
+        finally:
+            client.close()
+    assert log_channel("c-7") == "paramiko.transport.c-7"
+    ours = [r for r in caplog.records if r.name.startswith("paramiko")]
+    assert {r.name for r in ours} >= {"paramiko.transport.c-7", "paramiko.transport.c-7.sftp"}, ours
+    assert all(getattr(r, "client", None) == "c-7" for r in ours), [(r.name, r.getMessage()) for r in ours]
 
 
 @settings(max_examples=8, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck))

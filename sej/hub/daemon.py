@@ -430,7 +430,8 @@ class _Client:
             if self.remote is None:
                 # Each SFTP read fails after IO_TIMEOUT on a dead link instead of hanging.
                 try:
-                    self.remote = open_sources(origin, connect_timeout=CONNECT_TIMEOUT, io_timeout=IO_TIMEOUT)
+                    self.remote = open_sources(origin, connect_timeout=CONNECT_TIMEOUT, io_timeout=IO_TIMEOUT,
+                                               client_id=self.cfg.client_id)  # fmt: skip
                 finally:
                     self.attempted.set()
                 self.label = self.remote.label

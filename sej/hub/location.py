@@ -137,13 +137,15 @@ class Sources:
 
 
 def open_sources(
-    origin: Origin, *, connect_timeout: float = CONNECT_TIMEOUT, io_timeout: float = IO_TIMEOUT
-) -> Sources:
+    origin: Origin, *, connect_timeout: float = CONNECT_TIMEOUT, io_timeout: float = IO_TIMEOUT,
+    client_id: str | None = None,
+) -> Sources:  # fmt: skip
     """The Sources of `origin`: LocalSources of its root, or SftpSources over one new SSH connection.
 
     Connecting resolves the host with ~/.ssh/config and fails with an SshError or HostKeyError
     naming the reason (after at most `connect_timeout` seconds per step). Over SSH, an SFTP
-    reply that takes longer than `io_timeout` seconds fails its call with a SourceError.
+    reply that takes longer than `io_timeout` seconds fails its call with a SourceError, and
+    what paramiko logs of the connection names `client_id` (sej.hub.ssh.log_channel).
     """
     if origin.host is None:
         root = origin.root
@@ -159,7 +161,8 @@ def open_sources(
         ) from None
     ep = ssh.resolve(origin.host, origin.port, origin.user, origin.identity, origin.known_hosts)
     label = f"{ep.user}@{ep.host}:{ep.port}"
-    client = ssh.connect(ep, accept_new_host_key=origin.accept_new_host_key, timeout=connect_timeout)
+    client = ssh.connect(ep, accept_new_host_key=origin.accept_new_host_key, timeout=connect_timeout,
+                         log_as=client_id)  # fmt: skip
     try:
         make: Callable[[], Source] = ssh.sftp_sources(client, origin.root, label, io_timeout)
     except BaseException:
