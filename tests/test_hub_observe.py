@@ -483,6 +483,46 @@ def test_health_counts_a_long_pass_that_copies_as_fresh() -> None:
     assert [c for c, _ in book.stale(30)] == ["a"]
 
 
+def test_sej_hub_status_max_age_counts_a_long_pass_that_copies_as_fresh_as_health_does(tmp_path: Path) -> None:
+    """`sej hub status --max-age` read only the last successful pass from the records, which were written at
+    the end of passes: during a catch-up copy of minutes it called the client stale while /health said 200."""
+    from sej.hub.status import REFRESH_EVERY, JournalPass
+
+    assert REFRESH_EVERY < 100
+    hub = tmp_path / "hub"
+    start = time.time() - 1000  # the records' times are wall clock: sej hub status compares them with its own
+    wall, ticks = [start], [0.0]
+    book = StatusBook(str(hub), [("a", "/s")], clock=lambda: wall[0], ticks=lambda: ticks[0])
+    book.record("a", [JournalPass("ev.1.000", 5, 5, 5, 50, 5, 50)], 0.1)  # written: the first record
+    book.pass_started("a")  # a catch-up pass of minutes
+    wall[0] += 100
+    ticks[0] += 100
+    book.progress("a")  # the record is older than REFRESH_EVERY: rewritten, saying the pass copies
+    wall[0] += 1
+    ticks[0] += 1
+    book.progress("a")  # not rewritten: the record was written a second ago
+    on_disk = json.loads((hub / ".sej-hub" / "a.json").read_text())
+    assert on_disk["in_pass"] and on_disk["last_progress"] == start + 100
+    age = time.time() - (start + 100)
+    fresh = sej_status(hub, "--max-age", str(age + 60))
+    assert fresh.returncode == 0, fresh.stderr
+    # Only the pass's progress keeps it fresh: past --max-age since then, it is stale, and the line says both.
+    stale = sej_status(hub, "--max-age", str(max(1.0, age - 60)))
+    assert stale.returncode == 1, stale.stderr
+    assert re.search(r"client a: last successful pass \d+\.\ds ago, a pass under way wrote \d+\.\ds ago "
+                     r"\(--max-age", stale.stderr), stale.stderr  # fmt: skip
+
+    # The pass ends, failing, a second after a write (within WRITE_EVERY): the record is rewritten all the same,
+    # or it would say a pass is under way until the next one ends.
+    wall[0] += 1
+    ticks[0] += 1
+    book.record("a", [], 102.0, ("connection", "lost"))
+    on_disk = json.loads((hub / ".sej-hub" / "a.json").read_text())
+    assert not on_disk["in_pass"] and on_disk["last_error"] == "lost"
+    r = sej_status(hub, "--max-age", str(age + 60))
+    assert r.returncode == 1 and "client a: lost" in r.stderr, r.stderr
+
+
 def test_seen_lag_is_what_the_pass_found_before_copying() -> None:
     from sej.hub.batch import seen_lag
     from sej.hub.copy import CopyResult

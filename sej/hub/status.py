@@ -3,7 +3,9 @@
 
 The daemon keeps one record per client, `<hub_root>/.sej-hub/<client-id>.json`, rewritten
 atomically (not fsynced: it is advisory, and a crash leaves the previous one) after a pass that
-changed something, at most every WRITE_EVERY seconds, and every REFRESH_EVERY seconds otherwise.
+changed something, at most every WRITE_EVERY seconds, and every REFRESH_EVERY seconds otherwise,
+also during a pass that writes bytes at the hub: `sej hub status --max-age` then counts a long
+catch-up copy as fresh, as /health does (`ClientStatus.age`).
 It holds, per journal, the producer's next offset and the bytes the hub lacks as the last pass
 saw them; the hub's own next offset is read from its journals when status is asked for.
 
@@ -112,15 +114,17 @@ class StatusBook:
     """Every client's status, updated after each pass (from the clients' threads), read by /metrics,
     /health and the records on disk."""
 
-    def __init__(self, hub_root: str | None, clients: Iterable[tuple[str, str]],
-                 clock: Callable[[], float] = time.time) -> None:  # fmt: skip
+    def __init__(self, hub_root: str | None, clients: Iterable[tuple[str, str]], clock: Callable[[], float] = time.time,
+                 ticks: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
         self.hub_root = hub_root  # None: no records on disk
-        self.clock = clock
+        self.clock = clock  # wall clock: the times in the records
+        self.ticks = ticks  # monotonic: how often records are written
         now = clock()
         self._clients = {cid: ClientStatus(cid, where, now) for cid, where in clients}
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()  # one write at a time: an older document never replaces a newer one
         self._written: dict[str, float] = {}  # client -> monotonic time of its last record
+        self._written_in_pass: set[str] = set()  # clients whose last record was written during a pass
         self._dirty: set[str] = set()
 
     def pass_started(self, client_id: str) -> None:
@@ -129,10 +133,12 @@ class StatusBook:
             c.in_pass, c.last_progress = True, None
 
     def progress(self, client_id: str) -> None:
-        """The pass under way wrote bytes at the hub."""
+        """The pass under way wrote bytes at the hub. Its record says so once it is REFRESH_EVERY s old: only
+        a long pass rewrites it before its end."""
         now = self.clock()
         with self._lock:
             self._clients[client_id].last_progress = now
+        self._maybe_write(client_id)
 
     def connected(self, client_id: str, connected: bool) -> None:
         with self._lock:
@@ -185,7 +191,10 @@ class StatusBook:
                 c.last_error = None
             if changed:
                 self._dirty.add(client_id)
-        self._maybe_write(client_id)
+        if client_id in self._written_in_pass:
+            self.write(client_id)  # the record on disk says a pass is under way: it ended
+        else:
+            self._maybe_write(client_id)
 
     def snapshot(self) -> list[ClientStatus]:
         """A copy of every client's status, in config order."""
@@ -202,7 +211,7 @@ class StatusBook:
     def _maybe_write(self, client_id: str) -> None:
         if self.hub_root is None:
             return
-        now = time.monotonic()
+        now = self.ticks()
         last = self._written.get(client_id)
         dirty = client_id in self._dirty
         if last is not None and now - last < (WRITE_EVERY if dirty else REFRESH_EVERY):
@@ -217,9 +226,13 @@ class StatusBook:
         with self._write_lock:
             with self._lock:
                 docs = [(c.client_id, c.to_json()) for c in self._clients.values() if client_id in (None, c.client_id)]
-                for cid, _ in docs:
+                for cid, doc in docs:
                     self._dirty.discard(cid)
-                    self._written[cid] = time.monotonic()
+                    self._written[cid] = self.ticks()
+                    if doc["in_pass"]:
+                        self._written_in_pass.add(cid)
+                    else:
+                        self._written_in_pass.discard(cid)
             for cid, doc in docs:
                 doc.update(version=RECORD_VERSION, written=self.clock(), pid=os.getpid())
                 try:

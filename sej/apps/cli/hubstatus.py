@@ -30,6 +30,11 @@ def _ago(t: float | None, now: float) -> str:
     return "never" if t is None else f"{max(0.0, now - t):.1f}s ago"
 
 
+def _copying(rec: ClientStatus, now: float) -> str:
+    """How long ago the pass under way last wrote bytes at the hub, if one does."""
+    return f", a pass under way wrote {_ago(rec.last_progress, now)}" if rec.in_pass and rec.last_progress else ""
+
+
 def _num(v: int | None) -> object:
     return "?" if v is None else v
 
@@ -58,7 +63,8 @@ def status(hub_root: str, only: str | None, max_lag: int | None, max_age: float 
     while the producer writes; 0 once a pass finds nothing new). Exit codes: 0
     fine; 1 when a client or journal is failing, a record cannot be read, or a
     journal is behind more than --max-lag, or a client's last successful pass is
-    older than --max-age; 2 usage errors.
+    older than --max-age (a pass under way that keeps writing bytes at the hub
+    counts as fresh, as for sej-hub's /health); 2 usage errors.
     """
     if not os.path.isdir(hub_root):
         raise usage(f"{hub_root} is not a directory")
@@ -78,8 +84,9 @@ def status(hub_root: str, only: str | None, max_lag: int | None, max_age: float 
         else:
             if rec.last_error is not None:
                 bad.append(f"client {cid}: {rec.last_error}")
-            if max_age is not None and (rec.last_success is None or now - rec.last_success > max_age):
-                bad.append(f"client {cid}: last successful pass {_ago(rec.last_success, now)} (--max-age {max_age:g})")
+            if max_age is not None and rec.age(now) > max_age:  # /health's rule: a pass that copies is fresh
+                bad.append(f"client {cid}: last successful pass {_ago(rec.last_success, now)}{_copying(rec, now)} "
+                           f"(--max-age {max_age:g})")  # fmt: skip
     for r in rows:
         if r.error is not None and (records.get(r.client_id) is None or records[r.client_id].last_error != r.error):
             bad.append(f"client {r.client_id}, journal {r.journal}: {r.error}")
