@@ -472,14 +472,21 @@ def test_a_connection_logs_as_its_client_down_to_its_sftp_channels(sshd, caplog)
 
     with caplog.at_level(logging.DEBUG, logger="paramiko"):
         client = connect(endpoint(sshd), timeout=scaled(15), log_as="c-7")
+        transport = client.get_transport()
+        assert transport is not None
         try:
             sftp_sources(client, "/", "test")().close()
         finally:
             client.close()
+            transport.join(scaled(10))  # its last records logged
     assert log_channel("c-7") == "paramiko.transport.c-7"
-    ours = [r for r in caplog.records if r.name.startswith("paramiko")]
-    assert {r.name for r in ours} >= {"paramiko.transport.c-7", "paramiko.transport.c-7.sftp"}, ours
+    # Other tests' connections may still be logging as they end: this connection's records are those of its
+    # loggers and of its transport thread.
+    ours = [r for r in caplog.records if r.name.startswith("paramiko.transport.c-7")]
+    assert {r.name for r in ours} == {"paramiko.transport.c-7", "paramiko.transport.c-7.sftp"}, ours
     assert all(getattr(r, "client", None) == "c-7" for r in ours), [(r.name, r.getMessage()) for r in ours]
+    elsewhere = [r for r in caplog.records if r.threadName == transport.name and r not in ours]
+    assert not elsewhere, [(r.name, r.getMessage()) for r in elsewhere]
 
 
 @settings(max_examples=8, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck))

@@ -5,7 +5,8 @@ The daemon keeps one record per client, `<hub_root>/.sej-hub/<client-id>.json`, 
 atomically (not fsynced: it is advisory, and a crash leaves the previous one) after a pass that
 changed something, at most every WRITE_EVERY seconds, and every REFRESH_EVERY seconds otherwise,
 also during a pass that writes bytes at the hub: `sej hub status --max-age` then counts a long
-catch-up copy as fresh, as /health does (`ClientStatus.age`).
+catch-up copy as fresh, as /health does (`ClientStatus.age`). The end of a pass whose record was
+written during it is written at once.
 It holds, per journal, the producer's next offset and the bytes the hub lacks as the last pass
 saw them; the hub's own next offset is read from its journals when status is asked for.
 

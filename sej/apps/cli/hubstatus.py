@@ -50,7 +50,9 @@ def hub() -> None:
 @click.option("--max-lag", type=click.IntRange(min=0), metavar="N",
               help="Exit 1 if a journal is more than N messages behind (or its lag is unknown).")  # fmt: skip
 @click.option("--max-age", type=click.FloatRange(min=0), metavar="SECONDS",
-              help="Exit 1 if a client's last successful pass is older than this (or it has none).")  # fmt: skip
+              help="Exit 1 if a client's last successful pass is older than this (before its first, counted "
+                   "from the daemon's start; a pass under way that writes bytes counts as fresh, as for "
+                   "/health).")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: {clients: [...], journals: [...]}.")
 def status(hub_root: str, only: str | None, max_lag: int | None, max_age: float | None, as_json: bool) -> int:
     """Each client's journals at HUB_ROOT: the hub's next offset (from its journals),
@@ -63,8 +65,9 @@ def status(hub_root: str, only: str | None, max_lag: int | None, max_age: float 
     while the producer writes; 0 once a pass finds nothing new). Exit codes: 0
     fine; 1 when a client or journal is failing, a record cannot be read, or a
     journal is behind more than --max-lag, or a client's last successful pass is
-    older than --max-age (a pass under way that keeps writing bytes at the hub
-    counts as fresh, as for sej-hub's /health); 2 usage errors.
+    older than --max-age (as for sej-hub's /health: before its first, counted
+    from the daemon's start; a pass under way that keeps writing bytes at the
+    hub counts as fresh); 2 usage errors.
     """
     if not os.path.isdir(hub_root):
         raise usage(f"{hub_root} is not a directory")
@@ -85,8 +88,9 @@ def status(hub_root: str, only: str | None, max_lag: int | None, max_age: float 
             if rec.last_error is not None:
                 bad.append(f"client {cid}: {rec.last_error}")
             if max_age is not None and rec.age(now) > max_age:  # /health's rule: a pass that copies is fresh
-                bad.append(f"client {cid}: last successful pass {_ago(rec.last_success, now)}{_copying(rec, now)} "
-                           f"(--max-age {max_age:g})")  # fmt: skip
+                last = (_ago(rec.last_success, now) if rec.last_success is not None
+                        else f"never (sej-hub started {_ago(rec.since, now)})")  # fmt: skip
+                bad.append(f"client {cid}: last successful pass {last}{_copying(rec, now)} (--max-age {max_age:g})")
     for r in rows:
         if r.error is not None and (records.get(r.client_id) is None or records[r.client_id].last_error != r.error):
             bad.append(f"client {r.client_id}, journal {r.journal}: {r.error}")
@@ -127,6 +131,9 @@ def _client_doc(cid: str, rec: ClientStatus | None, now: float) -> dict[str, Any
         "passes": rec.passes,
         "last_success": rec.last_success,
         "seconds_since_success": None if rec.last_success is None else round(now - rec.last_success, 3),
+        "in_pass": rec.in_pass,
+        "last_progress": rec.last_progress,  # bytes last written at the hub by the pass under way
+        "age": round(rec.age(now), 3),  # what --max-age and /health compare: the later of the two, or the start
         "last_pass_seconds": rec.last_pass_seconds,
         "errors": rec.errors,
         "last_error": rec.last_error,
