@@ -37,6 +37,20 @@ class FsyncCounter:
         sej.commit._fdatasync = self.real
 
 
+def run_for(threads: list[threading.Thread], barrier: threading.Barrier, stop: list[bool], seconds: float) -> float:
+    """Start `threads` (each waits on `barrier` before its loop), let them run `seconds`, stop and join them;
+    the seconds they ran."""
+    for t in threads:
+        t.start()
+    barrier.wait()
+    t0 = perf_counter()
+    time.sleep(seconds)
+    stop[0] = True
+    for t in threads:
+        t.join()
+    return perf_counter() - t0
+
+
 def raw_fsync_each(path: Path, seconds: float) -> tuple[int, float]:
     value = os.urandom(VALUE_SIZE)
     pack = RAW.pack
@@ -72,17 +86,8 @@ def sej_sync_threads(dir: Path, threads: int, seconds: float) -> tuple[int, floa
             n += 1
         counts[i] = n
 
-    ts = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
-    for t in ts:
-        t.start()
     with FsyncCounter() as fc:
-        barrier.wait()
-        t0 = perf_counter()
-        time.sleep(seconds)
-        stop[0] = True
-        for t in ts:
-            t.join()
-        elapsed = perf_counter() - t0
+        elapsed = run_for([threading.Thread(target=work, args=(i,)) for i in range(threads)], barrier, stop, seconds)
     w.close()
     total = sum(counts)
     assert w.next_offset == total
@@ -145,17 +150,8 @@ def sej_submit_threads(dir: Path, threads: int, seconds: float, window: int = 1)
             f.result()
             record(clock() - t0)
 
-    ts = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
-    for t in ts:
-        t.start()
     with FsyncCounter() as fc:
-        barrier.wait()
-        t0 = perf_counter()
-        time.sleep(seconds)
-        stop[0] = True
-        for t in ts:
-            t.join()
-        elapsed = perf_counter() - t0
+        elapsed = run_for([threading.Thread(target=work, args=(i,)) for i in range(threads)], barrier, stop, seconds)
         calls = fc.calls
     w.close()
     lat = [x for part in lats for x in part]
@@ -209,18 +205,9 @@ def handoff_ceiling(threads: int, seconds: float, futures: bool) -> tuple[int, f
             n += 1
         counts[i] = n
 
-    ts = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
     r = threading.Thread(target=resolver)
     r.start()
-    for t in ts:
-        t.start()
-    barrier.wait()
-    t0 = perf_counter()
-    time.sleep(seconds)
-    stop[0] = True
-    for t in ts:
-        t.join()
-    elapsed = perf_counter() - t0
+    elapsed = run_for([threading.Thread(target=work, args=(i,)) for i in range(threads)], barrier, stop, seconds)
     r.join()
     total = sum(counts)
     return total, elapsed, total
