@@ -196,13 +196,14 @@ class SegmentAppender:
         os.fsync(self.fd)
         self.index.flush()
 
-    def close(self) -> None:
+    def close(self, synced: bool = False) -> None:
         """Write the index entries, fsync the checksums and close (the segment is not fsynced: call sync
-        first). Idempotent."""
+        first). `synced`: everything written is durable already (a syncfs since), so the checksums are
+        not fsynced again. Idempotent."""
         if self.file is not None:
             try:
                 self.index.close()
-                self._close_sums(durable=True)
+                self._close_sums(durable=not synced)
             finally:
                 self.drop()
 

@@ -21,8 +21,11 @@ from __future__ import annotations
 
 import errno
 import os
+import platform
 import secrets
 import stat
+import sys
+from collections.abc import Callable
 from typing import IO
 
 from .errors import UnsafeFileError
@@ -166,6 +169,46 @@ def fsync_dir(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _find_syncfs() -> Callable[[int], int] | None:
+    """libc's syncfs(2) where it reports write-back errors (Linux 5.8 and later); None elsewhere."""
+    if sys.platform != "linux":
+        return None
+    try:
+        major, minor = (int(x) for x in platform.release().split(".")[:2])
+    except ValueError:
+        return None
+    if (major, minor) < (5, 8):  # older kernels' syncfs says nothing of a failed write-back
+        return None
+    import ctypes
+
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).syncfs
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes, fn.restype = [ctypes.c_int], ctypes.c_int
+    return fn
+
+
+_syncfs = _find_syncfs()
+HAVE_SYNCFS = _syncfs is not None
+"""Whether `sync_file_system` can be used here."""
+
+
+def sync_file_system(fd: int) -> None:
+    """syncfs(2): make everything written on the file system of `fd` durable, in one call.
+
+    OSError also for a write-back error on that file system since `fd` was opened (so open it
+    before the writes it is to cover). Only where HAVE_SYNCFS.
+    """
+    if _syncfs is None:
+        raise NotImplementedError("syncfs with write-back error reports needs Linux 5.8 or later")
+    if _syncfs(fd) != 0:
+        import ctypes
+
+        err = ctypes.get_errno()
+        raise OSError(err, f"syncfs: {os.strerror(err)}")
 
 
 def temp_name(name: str) -> str:

@@ -33,10 +33,10 @@ from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 from ..errors import InvalidArgumentError, UnsafeFileError
-from ..fsutil import atomic_write, read_regular
+from ..fsutil import HAVE_SYNCFS, atomic_write, read_regular
 from ..layout import check_reader_name, list_segments, parse_segment_name, segment_dir, segment_name
 from . import copy as hub_copy
-from .copy import CHECK_WINDOW, CopyResult, Destinations, copy_journal
+from .copy import CHECK_WINDOW, CopyResult, Destinations, SyncBatch, copy_journal
 from .names import check_client_id, check_journal_name, destination_name
 from .source import Call, Source, SourceSegment
 
@@ -52,6 +52,10 @@ COPY_THREADS = 2
 """Threads copying journals whose new bytes were read ahead: that work is local and mostly Python (the
 GIL), so more threads only contend (a 1,000-journal copy phase took 0.45 s with 1-2, 0.75 s with 8);
 two let one fsync while the other runs."""
+
+SYNCFS_FROM = 16
+"""Journals in a round from which their copies are made durable by one syncfs (SyncBatch), not an fsync each:
+fewer are fsynced each, so that a small pass does not write back everything else dirty on the hub's disk."""
 
 PREFETCH_PER_ROUND = 64 << 20
 """Bytes read ahead for all journals at once: a pass handles its journals in rounds of about this much."""
@@ -214,6 +218,8 @@ class Prefetched:
     Anything not read ahead goes to `source`. `commit_offset` is kept (`commit`) for the pass
     to send with the others, after every copy's fsync.
     """
+
+    defers_commit = True
 
     def __init__(
         self,
@@ -420,11 +426,14 @@ def copy_all(
                     with took("read"):
                         _read(spread if remote else lister.many, batch)
 
-                    def one(p: _Plan) -> tuple[_Plan, JournalOutcome, Prefetched]:
+                    # Many copies: one syncfs makes them durable together, not an fsync each.
+                    synced = SyncBatch(dest_root, destinations) if len(batch) >= SYNCFS_FROM and HAVE_SYNCFS else None
+
+                    def one(p: _Plan, synced: SyncBatch | None = synced) -> tuple[_Plan, JournalOutcome, Prefetched]:
                         src = Prefetched(own_source(), p.segments, p.data, p.committed, p.sums)
                         try:
                             result = copy_journal(src, p.journal, dest_root, client_id, reader, stop, on_bytes,
-                                                  destinations=destinations)  # fmt: skip
+                                                  destinations=destinations, batch=synced)  # fmt: skip
                             return (
                                 p,
                                 JournalOutcome(p.journal, result, None, *seen_lag(p.segments, p.hub_tail, result)),
@@ -434,10 +443,17 @@ def copy_all(
                             log.error("%s", e, extra={"client": client_id, "journal": p.journal})
                             return p, JournalOutcome(p.journal, None, e), src
 
-                    with took("copy"):  # the big copies read from the source on the workers' channels
-                        big = [pool.submit(one, p) for p in batch if p.big]
-                        done = list(local_pool.map(one, [p for p in batch if not p.big]))
-                        done += [f.result() for f in big]
+                    try:
+                        with took("copy"):  # the big copies read from the source on the workers' channels
+                            big = [pool.submit(one, p) for p in batch if p.big]
+                            done = list(local_pool.map(one, [p for p in batch if not p.big]))
+                            done += [f.result() for f in big]
+                        if synced is not None:
+                            with took("sync"):
+                                done = _sync(synced, done, client_id)
+                    finally:
+                        if synced is not None:
+                            synced.close()
                     for p, outcome, _src in done:
                         p.data, p.sums = {}, {}  # the bytes are written: free them before the next round
                         outcomes[p.journal] = _added(outcomes.get(p.journal), outcome)
@@ -587,6 +603,25 @@ def _spread(pool: ThreadPoolExecutor, own_source: Callable[[], Source], calls: l
     n = -(-len(calls) // max(1, ways))
     parts = [calls[i : i + n] for i in range(0, len(calls), n)]
     return [r for got in pool.map(lambda part: own_source().many(part), parts) for r in got]
+
+
+def _sync(
+    synced: SyncBatch, done: list[tuple[_Plan, JournalOutcome, Prefetched]], client_id: str
+) -> list[tuple[_Plan, JournalOutcome, Prefetched]]:
+    """Make a round's copies durable (`synced.sync()`); if that fails, each of its copies fails, uncommitted."""
+    try:
+        synced.sync()
+        return done
+    except OSError as e:
+        out = []
+        for p, o, src in done:
+            if p.dest_dir in synced.dirs:
+                log.error("%s: the copy could not be made durable: %s", p.dest_dir, e,
+                          extra={"client": client_id, "journal": p.journal})  # fmt: skip
+                src.commit = None
+                o = JournalOutcome(p.journal, None, e)
+            out.append((p, o, src))
+        return out
 
 
 def _commit(

@@ -23,6 +23,7 @@ from ..checksum import BLOCK, RECORD, Verifier, check_header, parse_records
 from ..checksum import HEADER as SUM_HEADER
 from ..errors import SejError
 from ..frames import HEADER, I32, NO_TIMESTAMP, frame_total, walk_frames
+from ..fsutil import open_dir, sync_file_system
 from ..layout import index_dir, list_segments, segment_dir, segment_name, segment_path, writer_lock_path
 from ..lock import lock_file, unlock_file
 from ..segment import chain_back, next_entry_after
@@ -130,6 +131,18 @@ class _Destination:
         else:
             self.seg.index.flush()
 
+    def synced(self) -> None:
+        """Everything written is durable now (a SyncBatch's syncfs): write the index entries that wait for it."""
+        self.unsynced = 0
+        if self.seg is not None:
+            self.seg.index.flush()
+
+    @property
+    def dev(self) -> int:
+        """The file system (st_dev) of the segment written."""
+        assert self.seg is not None
+        return os.fstat(self.seg.fd).st_dev
+
     def still_current(self) -> bool:
         """Whether the files this holds open are still the journal's (same inodes; the segment at the size
         written): nothing else may have removed, replaced or changed them since."""
@@ -145,10 +158,18 @@ class _Destination:
         except OSError:
             return False
 
-    def close(self) -> None:
+    def close(self, synced: bool = False) -> None:
         try:
             if self.seg is not None:
-                self.seg.close()
+                self.seg.close(synced)
+        finally:
+            unlock_file(self.lock)
+
+    def drop(self) -> None:
+        """Close without writing anything more (its writes could not be made durable)."""
+        try:
+            if self.seg is not None:
+                self.seg.drop()
         finally:
             unlock_file(self.lock)
 
@@ -248,6 +269,71 @@ class Destinations:
         return len(self._open)
 
 
+class SyncBatch:
+    """Copies made durable together by one syncfs of the hub's file system, not an fsync each (a pass's).
+
+    Created before the copies write: syncfs then reports any write-back error on that file system
+    since (sej.fsutil.sync_file_system), so none of theirs goes unnoticed. A copy into a journal on
+    another file system (a mount below the hub root) is fsynced on its own. Until `sync` returns, no
+    copy added is durable, and none may be committed on its source. 1,000 journals with one new
+    message each: one syncfs 0.02 s, their fsyncs 0.15-0.3 s (2 threads), on this project's machine.
+    """
+
+    def __init__(self, root: str, destinations: Destinations | None = None) -> None:
+        self._fd = open_dir(root, follow=True)  # the hub root itself may be a symlink its operator made
+        self._dev = os.fstat(self._fd).st_dev
+        self._destinations = destinations
+        self._pending: list[_Destination] = []
+        self._lock = threading.Lock()
+        self.dirs: set[str] = set()
+        """The hub's journal directories of the copies added."""
+
+    def add(self, dest: _Destination) -> None:
+        with self._lock:
+            self._pending.append(dest)
+            self.dirs.add(dest.dir)
+
+    def sync(self) -> None:
+        """Make every copy added durable, then give each back to `destinations` (or close it).
+
+        OSError when that failed: no copy of the batch is durable then, and each is closed
+        without writing more (the next copy reopens it, with recovery).
+        """
+        with self._lock:
+            pending, self._pending = self._pending, []
+        try:
+            others = [d for d in pending if d.dev != self._dev]
+            if len(others) < len(pending):
+                sync_file_system(self._fd)
+            for d in others:
+                d.sync()
+        except BaseException:
+            for d in pending:
+                d.drop()
+            raise
+        for d in pending:
+            d.synced()
+            if self._destinations is not None:
+                self._destinations.give(d)
+            else:
+                d.close(synced=True)
+
+    def close(self) -> None:
+        """Close the batch; copies still in it (a pass stopped before `sync`) are fsynced and closed each."""
+        with self._lock:
+            pending, self._pending = self._pending, []
+        try:
+            for d in pending:
+                try:
+                    d.sync()
+                    d.close()
+                except OSError as e:
+                    d.drop()
+                    log.error("%s: %s", d.dir, e)
+        finally:
+            os.close(self._fd)
+
+
 def copy_journal(
     source: Source,
     journal: str,
@@ -258,19 +344,28 @@ def copy_journal(
     on_bytes: Callable[[int], None] | None = None,
     chunk: int = CHUNK,
     destinations: Destinations | None = None,
+    batch: SyncBatch | None = None,
 ) -> CopyResult:
     """Copy what `dest_root/<client_id>.<journal>` lacks of the source journal; then commit `reader`.
 
     Raises CopyError naming client, journal, file and position when the source
     shrank, was rewritten, has a gap or a corrupt frame; nothing already copied
     is changed then. With `destinations`, the hub's journal is taken from there and left
-    open there after a successful copy.
+    open there after a successful copy. With `batch`, the copy's last bytes are made durable
+    by `batch.sync()`, so the source must keep the commit for after it (`defers_commit`).
     """
+    if batch is not None and not getattr(source, "defers_commit", False):
+        raise ValueError("a copy made durable by a SyncBatch needs a source that commits after it")
     dest_dir = os.path.join(dest_root, destination_name(client_id, journal))
     dest = destinations.take(dest_dir) if destinations is not None else _Destination(dest_dir)
     kept = False
     try:
-        result = _copy_into(dest, source, journal, dest_dir, client_id, reader, stop, on_bytes, chunk)
+        result = _copy_into(dest, source, journal, dest_dir, client_id, reader, stop, on_bytes, chunk,
+                            sync=batch is None)  # fmt: skip
+        if batch is not None and dest.unsynced:
+            batch.add(dest)  # the batch syncs it, then gives it back or closes it
+            kept = True
+            return result
         dest.sync()
         if destinations is not None:
             destinations.give(dest)
@@ -294,6 +389,7 @@ def _copy_into(
     stop: threading.Event | None,
     on_bytes: Callable[[int], None] | None,
     chunk: int,
+    sync: bool = True,
 ) -> CopyResult:
     where = f"client {client_id}, journal {journal}"
     copied = copied_bytes = 0
@@ -325,7 +421,8 @@ def _copy_into(
         if stop is not None and stop.is_set():
             break
         i += 1
-    dest.sync()
+    if sync:
+        dest.sync()
     assert dest.next is not None
     # Commit only a change: a hub polling every second must not rewrite every producer's file.
     if copied or source.read_offset(journal, reader) != dest.next:
