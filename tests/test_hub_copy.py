@@ -26,6 +26,7 @@ from sej.fsutil import HAVE_SYNCFS
 from sej.hub import CopyError, LocalSource, Source, copy_all, copy_journal, destination_name
 from sej.hub.batch import state_file
 from sej.hub.names import check_journal_name, check_segment_name
+from sej.layout import segment_name
 from sej.offset import read_offset_file
 from sej.shard import is_shard_name
 from testing.timing import scaled
@@ -384,7 +385,7 @@ def test_a_hostile_source_cannot_write_outside_the_client_directories(tmp_path) 
 
 @pytest.mark.skipif(shutil.which("strace") is None and not os.environ.get("CI"), reason="needs strace")
 def strace_events(log: Path) -> list[tuple[str, str]]:
-    """(call, path) of the traced openat'd writes, fsyncs, syncfs and renames, in order, from `strace -f -o`."""
+    """(call, path) of the traced opens, writes, fsyncs, syncfs and renames, in order, from `strace -f -o`."""
     paths: dict[int, str] = {}
     events: list[tuple[str, str]] = []
 
@@ -400,6 +401,7 @@ def strace_events(log: Path) -> list[tuple[str, str]]:
             o = re.match(r'(AT_FDCWD|\d+), "([^"]*)"', args)
             if o and ret >= 0:
                 paths[ret] = at(o.group(1), o.group(2))
+                events.append(("openat", paths[ret]))
         elif name in ("renameat", "renameat2"):
             r = re.match(r'(AT_FDCWD|\d+), "[^"]*", (AT_FDCWD|\d+), "([^"]*)"', args)
             assert r, line
@@ -439,6 +441,41 @@ def test_the_source_offset_is_committed_only_after_the_fsync_of_the_copy(tmp_pat
     assert read_offset_file(os.path.join(src, "p.2.000", "ofs", "hub.ofs")) == sej.next_offset(
         os.path.join(hub, "c1.p.2.000")
     )
+
+
+def test_a_reopened_hub_journal_fsyncs_its_last_segment_before_it_creates_the_next(tmp_path) -> None:
+    """A copy killed before its fsync leaves bytes that may be only in the page cache. A later copy that
+    starts the next segment without writing into that one must still fsync it first: after a power cut, a
+    hole below a later segment would never be repaired (copies resume in the last segment)."""
+    src, hub = tmp_path / "src", str(tmp_path / "hub")
+    with sej.Writer(src / "p.2.000", segment_size=1000) as w:
+        for _ in range(12):
+            w.append(b"x" * 100)
+    segments = sej.list_segments(str(src / "p.2.000"))
+    assert len(segments) == 2 and segments[1].first_offset > 0
+    # The hub copies the first segment alone (as when the writer had not rolled yet), as a killed copy would.
+    early = tmp_path / "early"
+    shutil.copytree(src / "p.2.000", early / "p.2.000")
+    for f in (early / "p.2.000" / "jnl").iterdir():
+        if f.name != os.path.basename(segments[0].path):
+            f.unlink()
+    copy_journal(LocalSource(str(early)), "p.2.000", hub, "c1", "hub")
+    assert [s.first_offset for s in sej.list_segments(os.path.join(hub, "c1.p.2.000"))] == [0]
+    log = tmp_path / "strace.log"
+    code = "import sys; from sej.hub import LocalSource, copy_journal\n" \
+        "copy_journal(LocalSource(sys.argv[1]), 'p.2.000', sys.argv[2], 'c1', 'hub')\n"  # fmt: skip
+    subprocess.run(
+        ["strace", "-f", "-qq", "-o", str(log), "-e", "trace=openat,write,fsync,fdatasync,rename,renameat,renameat2",
+         sys.executable, "-c", code, str(src), hub],
+        check=True, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, timeout=scaled(60),
+    )  # fmt: skip
+    first, second = (f"/c1.p.2.000/jnl/{segment_name(s.first_offset)}" for s in segments)
+    events = strace_events(log)
+    assert not any(n == "write" and p.endswith(first) for n, p in events), "nothing new in the first segment"
+    created = next(i for i, (n, p) in enumerate(events) if n == "openat" and p.endswith(second))
+    fsynced = [i for i, (n, p) in enumerate(events) if n in ("fsync", "fdatasync") and p.endswith(first)]
+    assert fsynced and fsynced[0] < created, "the reopened segment was fsynced before the next one was created"
+    assert_identical(str(src), hub)
 
 
 @pytest.mark.skipif(not HAVE_SYNCFS, reason="syncfs with write-back errors needs Linux 5.8")

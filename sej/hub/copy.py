@@ -70,11 +70,14 @@ class _Destination:
         self.seg: SegmentAppender | None = None
         self.next: int | None = None
         self.max_ts = NO_TIMESTAMP
-        self.unsynced = 0  # bytes written since the last fsync
+        self.unsynced = 0  # bytes not known to be durable
         try:
             if list_segments(dir):
                 self.seg = SegmentAppender(dir)  # a torn tail from an interrupted copy is cut aside
                 self.next, self.max_ts = self.seg.next_offset, self.seg.max_ts
+                # A copy killed before its fsync leaves bytes the page cache holds and the disk may not:
+                # they are made durable with the next, before a next segment is created or anything committed.
+                self.unsynced = self.seg.size
         except BaseException:
             self.close()
             raise
