@@ -9,7 +9,9 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import sej
 from testing.sshd import Sshd
@@ -184,6 +186,7 @@ def bench_hub_scale(cfg: Config, scratch: Path) -> list[Result]:
     allow_open_files(4 * max(series) + 256)  # the live writers: a segment and a lock each, and their indexes
     times: dict[tuple[int, str], list[float]] = {}
     lat: dict[int, list[float]] = {}
+    clients: dict[str, list[tuple[float, float]]] = {}
     try:
         for n in series:
             log(f"  {n} journals")
@@ -215,13 +218,100 @@ def bench_hub_scale(cfg: Config, scratch: Path) -> list[Result]:
                             times.setdefault((n, f"{phase}:{who}"), []).append(took)
                         check_copies(src, names, hub, [dst, dst_sync])
                 times[(n, "idle pass:sej-hub")] = daemon_idle_passes(server, src, scratch, reps)
+                if n == max(series):
+                    clients = sftp_clients(server, src, names, 2 * reps + 1)
                 lat[n] = latency_rounds(server, scratch, src, names, writers, rounds)
             finally:
                 for w in writers:
                     w.close()
     finally:
         server.stop()
-    return [_result(series, reps, rounds, times, lat)]
+    return [_result(series, reps, rounds, times, lat, clients)]
+
+
+def sftp_clients(server: Sshd, src: Path, names: list[str], reps: int) -> dict[str, list[tuple[float, float]]]:
+    """(wall, CPU) seconds of a pass's two SFTP workloads, all requests in flight at once, over one channel:
+    the probe (an lstat of each journal's last segment and of its next one) and the reads (lstat, open, fstat,
+    read the last 4 KiB, close), by the hub's pipeline over paramiko and by asyncssh (issue 13: measure it,
+    and switch only if it is faster). Empty if asyncssh is missing."""
+    try:
+        import asyncio
+
+        import asyncssh
+    except ImportError:
+        log("  asyncssh is missing (pip install asyncssh, or the bench extra): its rows are left out")
+        return {}
+    from sej.hub.ssh import connect, resolve, sftp_sources
+
+    lasts = [os.path.basename(sej.list_segments(str(src / n))[-1].path) for n in names]
+    paths = [str(src / n / "jnl" / seg) for n, seg in zip(names, lasts, strict=True)]
+    sizes = [os.path.getsize(p) for p in paths]
+    after = [os.path.join(os.path.dirname(p), "%016x.jnl" % (1 << 40)) for p in paths]  # a later segment: missing
+    out: dict[str, list[tuple[float, float]]] = {}
+
+    def timed(key: str, check: Callable[[list[Any]], bool], run: Callable[[], list[Any]]) -> None:
+        c, t = cpu_seconds(), time.perf_counter()
+        got = run()
+        out.setdefault(key, []).append((time.perf_counter() - t, cpu_seconds() - c))
+        if not check(got):
+            raise RuntimeError(f"{key}: wrong results")
+
+    probed = lambda got: got[0::2] == sizes and got[1::2] == [None] * len(sizes)  # noqa: E731
+    read = lambda got: [len(g) for g in got] == [min(4096, s) for s in sizes]  # noqa: E731
+    ep = resolve("127.0.0.1", server.port, server.user, str(server.identity), str(server.known_hosts),
+                 ssh_config=os.devnull)  # fmt: skip
+    client = connect(ep)
+    source = sftp_sources(client, str(src), "bench")()
+    try:
+        missing = "%016x.jnl" % (1 << 40)
+        probe = [c for n, seg in zip(names, lasts, strict=True) for c in (("size", n, seg), ("size", n, missing))]
+        reads = [("read", n, seg, max(0, s - 4096), 4096) for n, seg, s in zip(names, lasts, sizes, strict=True)]
+        for _ in range(reps):
+            timed("probe:paramiko", probed, lambda: source.many(probe))
+            timed("read:paramiko", read, lambda: source.many(reads))
+    finally:
+        source.close()
+        client.close()
+
+    async def measure() -> None:
+        keys, known = [str(server.identity)], str(server.known_hosts)
+        async with (
+            asyncssh.connect("127.0.0.1", port=server.port, username=server.user, client_keys=keys,
+                             known_hosts=known) as conn,
+            conn.start_sftp_client() as sftp,
+        ):  # fmt: skip
+
+            async def size(p: str) -> int | None:
+                try:
+                    return (await sftp.lstat(p)).size
+                except asyncssh.SFTPNoSuchFile:
+                    return None
+
+            async def tail(p: str) -> bytes:
+                attrs = await sftp.lstat(p)
+                async with sftp.open(p, "rb") as f:
+                    await f.stat()
+                    return await f.read(4096, max(0, (attrs.size or 0) - 4096))
+
+            both = [q for pair in zip(paths, after, strict=True) for q in pair]
+            for _ in range(reps):
+                loop = asyncio.get_running_loop()
+                for key, ok, make in (("probe:asyncssh", probed, lambda: [size(q) for q in both]),
+                                      ("read:asyncssh", read, lambda: [tail(q) for q in paths])):  # fmt: skip
+                    c, t = cpu_seconds(), loop.time()
+                    got = await asyncio.gather(*make())
+                    out.setdefault(key, []).append((loop.time() - t, cpu_seconds() - c))
+                    if not ok(list(got)):
+                        raise RuntimeError(f"{key}: wrong results")
+
+    asyncio.run(measure())
+    return out
+
+
+def cpu_seconds() -> float:
+    """This process's CPU time (user and system, all threads: paramiko's transport thread included)."""
+    t = os.times()
+    return t.user + t.system
 
 
 def daemon_idle_passes(server: Sshd, src: Path, scratch: Path, reps: int) -> list[float]:
@@ -247,7 +337,7 @@ def daemon_idle_passes(server: Sshd, src: Path, scratch: Path, reps: int) -> lis
 
 
 def _result(series: tuple[int, ...], reps: int, rounds: int, times: dict[tuple[int, str], list[float]],
-            lat: dict[int, list[float]]) -> Result:  # fmt: skip
+            lat: dict[int, list[float]], clients: dict[str, list[tuple[float, float]]]) -> Result:  # fmt: skip
     med = {k: statistics.median(v) for k, v in times.items()}
     big = max(series)
     rows = []
@@ -287,9 +377,27 @@ def _result(series: tuple[int, ...], reps: int, rounds: int, times: dict[tuple[i
             f"p99 < {ms(LATENCY_TARGET)}" if n == big else "—",
             verdict(p99 < LATENCY_TARGET) if n == big else "info",
         ))  # fmt: skip
+    big_n = f"{big:,}"
+    workloads = (("probe", f"{2 * big:,} lstats (the probe)"),
+                 ("read", f"{big:,} reads of a file's last 4 KiB: lstat, open, fstat, read, close"))  # fmt: skip
+    for what, label in workloads:
+        if f"{what}:asyncssh" not in clients:
+            continue
+        mine = statistics.median(w for w, _c in clients[f"{what}:paramiko"])
+        theirs = statistics.median(w for w, _c in clients[f"{what}:asyncssh"])
+        cpu_mine = statistics.median(c for _w, c in clients[f"{what}:paramiko"])
+        cpu_theirs = statistics.median(c for _w, c in clients[f"{what}:asyncssh"])
+        rows.append(Row(
+            f"SFTP client, {label} of the {big_n} journals in flight on one channel: the hub's pipeline over "
+            f"paramiko vs asyncssh (CPU: {cpu_mine * 1000:.0f} vs {cpu_theirs * 1000:.0f} ms)",
+            ms(mine), ms(theirs), ratio(theirs / mine), "—", "info",
+        ))  # fmt: skip
     notes = [f"Medians of {reps} runs per pass, interleaved, each tool first in turn. All runs (s):"]
     for (n, what), ts in sorted(times.items()):
         notes.append(f"{n:,} journals, {what}: {fmt_list(ts)}")
+    for key, runs in sorted(clients.items()):
+        walls, cpus = fmt_list([w for w, _c in runs]), fmt_list([c for _w, c in runs])
+        notes.append(f"SFTP client {key}: wall {walls}, CPU {cpus}")
     notes.append(_plot(series, med, lat))
     return Result(
         "hub_scale",
@@ -307,6 +415,11 @@ def _result(series: tuple[int, ...], reps: int, rounds: int, times: dict[tuple[i
             "Passes: initial (empty destinations), idle (nothing new), incremental (the live writers appended one "
             "message to every journal). After each pass every copy is checked against the source. The idle row "
             "also times the pass as `sej-hub` makes it: its connection open and the last pass's state in memory.",
+            "SFTP clients: the two workloads of a pass over the largest root, every request in flight at once on one "
+            "channel, over one connection each: the hub's pipeline (`sej.hub.pipeline` over paramiko's channel, "
+            "with the same type checks the hub makes) and asyncssh (`asyncio.gather` of its SFTP client's calls). "
+            "CPU is the benchmark process's (both run in it; the sftp-server is not counted). Issue 13 asked to "
+            "measure asyncssh if paramiko is the limit, and to switch only if the numbers say so.",
             f"Latency: `sej-hub` (poll {POLL:g} s, {WORKERS} workers) over the same root; {rounds} rounds, each "
             "appending one message to every journal at once, then waiting until every one is in the hub's copy "
             "(its segment file reached the source's size; looked at every 20 ms).",
