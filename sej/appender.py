@@ -44,7 +44,7 @@ class SegmentAppender:
 
     __slots__ = ("dir", "file", "fd", "first", "size", "next_offset", "max_ts", "index", "recovered", "sums")
 
-    def __init__(self, dir: str, *, strict: bool = False, start_offset: int = 0) -> None:
+    def __init__(self, dir: str, *, strict: bool = False, start_offset: int = 0, durable: bool = True) -> None:
         self.dir = dir
         os.makedirs(segment_dir(dir), exist_ok=True)
         os.makedirs(index_dir(dir), exist_ok=True)
@@ -53,7 +53,7 @@ class SegmentAppender:
         self.sums: SumFile | None = None  # None: this segment stays unchecked (see _resume_sums)
         segments = list_segments(dir)
         if not segments:
-            self.start(start_offset)
+            self.start(start_offset, durable)
             return
         seg = segments[-1]
         tail = recover_tail(dir, seg, strict)
@@ -73,19 +73,22 @@ class SegmentAppender:
         self.first = first
         self.index = index
 
-    def start(self, first: int) -> IO[bytes] | None:
+    def start(self, first: int, durable: bool = True) -> IO[bytes] | None:
         """Begin the segment whose first message has offset `first`; return the previous file, still open.
 
         The caller fsyncs the previous segment first, and closes the returned file
         once nothing uses its descriptor any more (a group commit may be fsyncing it).
+        Not `durable`: the caller made the previous segment and its checksums durable (a syncfs)
+        and makes the new files' names durable before relying on them; nothing is fsynced here.
         """
         previous = self.file
-        self._close_sums(durable=True)  # the finished segment's checksums are durable with it
+        self._close_sums(durable=durable)  # the finished segment's checksums are durable with it
         self._open(first, idx.Appender(index_path(self.dir, first), idx.SparseIndex(first), False))
         self.size = os.fstat(self.fd).st_size  # 0 unless an empty segment was left by a crash
         self.sums = self._resume_sums()
-        fsync_dir(segment_dir(self.dir))
-        fsync_dir(index_dir(self.dir))
+        if durable:
+            fsync_dir(segment_dir(self.dir))
+            fsync_dir(index_dir(self.dir))
         self.next_offset = first
         self.max_ts = NO_TIMESTAMP
         return previous

@@ -508,6 +508,52 @@ def test_a_pass_over_many_journals_makes_their_copies_durable_with_one_syncfs_be
         assert read_offset_file(os.path.join(src, j, "ofs", "hub.ofs")) == sej.next_offset(os.path.join(hub, f"c1.{j}"))
 
 
+@pytest.mark.skipif(not HAVE_SYNCFS, reason="syncfs with write-back errors needs Linux 5.8")
+def test_a_pass_copies_many_journals_of_several_segments_in_layers_each_segment_durable_before_the_next(
+    tmp_path,
+) -> None:
+    """A hub segment must be durable before the next one exists (recovery looks at the last one only). In a
+    pass over many journals that is one syncfs per layer of segments, not an fsync of each: every segment is
+    written, a syncfs follows, and only then is the next segment of its journal created."""
+    src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
+    for shard in range(32):  # 32 journals of as many segments each: every layer copies into all of them
+        with sej.Writer(os.path.join(src, f"p.5.{shard:03x}"), segment_size=800) as w:
+            for i in range(40):
+                w.append(b"v%04d" % i + b"x" * 60)
+    layers = {len(sej.list_segments(os.path.join(src, j))) for j in os.listdir(src)}
+    assert len(layers) == 1 and min(layers) >= 3, layers
+    layers = min(layers)
+    log = tmp_path / "strace.log"
+    code = (  # one copy thread: no interleaved strace lines
+        "import sys; from sej.hub import LocalSource, copy_all\n"
+        "out = copy_all(lambda: LocalSource(sys.argv[1]), sys.argv[2], 'c1', 'hub', workers=1)\n"
+        "assert all(o.error is None for o in out), out\n"
+    )
+    calls = "trace=openat,write,fsync,fdatasync,syncfs,rename,renameat,renameat2"
+    subprocess.run(
+        ["strace", "-f", "-qq", "-o", str(log), "-e", calls, sys.executable, "-c", code, src, hub],
+        check=True, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, timeout=scaled(60),
+    )  # fmt: skip
+    events = strace_events(log)
+    syncs = [i for i, (n, _p) in enumerate(events) if n == "syncfs"]
+    assert len(syncs) == layers, (len(syncs), layers)
+    per_file = [p for n, p in events if n in ("fsync", "fdatasync") and "/hub/" in p]
+    assert per_file == [], f"hub files fsynced one by one: {per_file[:3]}"
+    commits = [i for i, (n, p) in enumerate(events) if n == "rename" and p.endswith("/ofs/hub.ofs")]
+    assert len(commits) == 32 and min(commits) > syncs[-1]
+    for j in os.listdir(src):
+        names = [os.path.basename(s.path) for s in sej.list_segments(os.path.join(hub, f"c1.{j}"))]
+        for earlier, later in zip(names, names[1:]):
+            last_write = max(
+                i for i, (n, p) in enumerate(events) if n == "write" and p.endswith(f"c1.{j}/jnl/{earlier}")
+            )
+            created = min(i for i, (n, p) in enumerate(events) if n == "openat" and p.endswith(f"c1.{j}/jnl/{later}"))
+            assert any(last_write < s < created for s in syncs), (j, earlier, later)
+    assert_identical(src, hub)
+    for j in os.listdir(src):
+        assert read_offset_file(os.path.join(src, j, "ofs", "hub.ofs")) == sej.next_offset(os.path.join(hub, f"c1.{j}"))
+
+
 def test_a_failed_syncfs_fails_every_copy_of_its_round_uncommitted_and_the_next_pass_copies_them(
     tmp_path, monkeypatch
 ) -> None:

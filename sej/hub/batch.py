@@ -36,7 +36,7 @@ from ..errors import InvalidArgumentError, UnsafeFileError
 from ..fsutil import HAVE_SYNCFS, atomic_write, read_regular
 from ..layout import check_reader_name, list_segments, parse_segment_name, segment_dir, segment_name
 from . import copy as hub_copy
-from .copy import CHECK_WINDOW, CopyResult, Destinations, SyncBatch, copy_journal
+from .copy import CHECK_WINDOW, CopyResult, Destinations, SyncBatch, copy_journal, open_journals
 from .names import check_client_id, check_journal_name, destination_name
 from .source import Call, Source, SourceSegment
 
@@ -371,6 +371,11 @@ def copy_all(
     """
     os.makedirs(dest_root, exist_ok=True)
     state = state if state is not None else CopyState()
+    # Without the daemon's, the pass keeps the hub's journals open itself: a copy that goes on in a further
+    # layer (see below) must find its journal as the layer before left it, durable, not reopened.
+    own_destinations = destinations is None
+    if destinations is None:
+        destinations = Destinations(open_journals())
     lister = make_source()
     local = threading.local()
     sources: list[Source] = [lister]
@@ -416,6 +421,32 @@ def copy_all(
         unchanged = len(plans) - len(work)
         with (ThreadPoolExecutor(max_workers=max(1, min(workers, len(work) or 1))) as pool,
               ThreadPoolExecutor(max_workers=max(1, min(workers, COPY_THREADS))) as local_pool):  # fmt: skip
+
+            def one(p: _Plan, synced: SyncBatch | None) -> tuple[_Plan, JournalOutcome, Prefetched]:
+                src = Prefetched(own_source(), p.segments, p.data, p.committed, p.sums)
+                try:
+                    result = copy_journal(src, p.journal, dest_root, client_id, reader, stop, on_bytes,
+                                          destinations=destinations, batch=synced)  # fmt: skip
+                    return p, JournalOutcome(p.journal, result, None, *seen_lag(p.segments, p.hub_tail, result)), src
+                except Exception as e:  # reported per journal; the others go on
+                    log.error("%s", e, extra={"client": client_id, "journal": p.journal})
+                    return p, JournalOutcome(p.journal, None, e), src
+
+            def layer(plans: list[_Plan], synced: SyncBatch | None) -> list[tuple[_Plan, JournalOutcome, Prefetched]]:
+                """Copy `plans` (the big ones reading on the workers' channels); with `synced`, made durable by it."""
+                try:
+                    with took("copy"):
+                        big = [pool.submit(one, p, synced) for p in plans if p.big]
+                        done = list(local_pool.map(lambda p: one(p, synced), [p for p in plans if not p.big]))
+                        done += [f.result() for f in big]
+                    if synced is not None:
+                        with took("sync"):
+                            done = _sync(synced, done, client_id)
+                    return done
+                finally:
+                    if synced is not None:
+                        synced.close()
+
             for _ in range(MAX_FOLLOW_UPS + 1):
                 with took("list"):
                     _list(lister, work, reader)
@@ -426,34 +457,21 @@ def copy_all(
                     with took("read"):
                         _read(spread if remote else lister.many, batch)
 
-                    # Many copies: one syncfs makes them durable together, not an fsync each.
-                    synced = SyncBatch(dest_root, destinations) if len(batch) >= SYNCFS_FROM and HAVE_SYNCFS else None
-
-                    def one(p: _Plan, synced: SyncBatch | None = synced) -> tuple[_Plan, JournalOutcome, Prefetched]:
-                        src = Prefetched(own_source(), p.segments, p.data, p.committed, p.sums)
-                        try:
-                            result = copy_journal(src, p.journal, dest_root, client_id, reader, stop, on_bytes,
-                                                  destinations=destinations, batch=synced)  # fmt: skip
-                            return (
-                                p,
-                                JournalOutcome(p.journal, result, None, *seen_lag(p.segments, p.hub_tail, result)),
-                                src,
-                            )
-                        except Exception as e:  # reported per journal; the others go on
-                            log.error("%s", e, extra={"client": client_id, "journal": p.journal})
-                            return p, JournalOutcome(p.journal, None, e), src
-
-                    try:
-                        with took("copy"):  # the big copies read from the source on the workers' channels
-                            big = [pool.submit(one, p) for p in batch if p.big]
-                            done = list(local_pool.map(one, [p for p in batch if not p.big]))
-                            done += [f.result() for f in big]
-                        if synced is not None:
-                            with took("sync"):
-                                done = _sync(synced, done, client_id)
-                    finally:
-                        if synced is not None:
-                            synced.close()
+                    # Many copies: one syncfs makes them durable together, not an fsync each. Such a copy stops
+                    # before a next segment while the current one is not durable (recovery looks at the last one
+                    # only); it goes on after the syncfs, in layers of a segment each.
+                    batched = len(batch) >= SYNCFS_FROM and HAVE_SYNCFS
+                    done = layer(batch, SyncBatch(dest_root, destinations) if batched else None)
+                    index = {p.journal: k for k, (p, _o, _src) in enumerate(done)}
+                    again = [p for p, o, _src in done if _more(o)]
+                    for _ in range(max((len(p.segments or ()) for p in again), default=0)):  # each rolls over once
+                        if not again or (stop is not None and stop.is_set()):
+                            break
+                        synced = SyncBatch(dest_root, destinations) if len(again) >= SYNCFS_FROM else None
+                        for p, o, src in layer(again, synced):
+                            k = index[p.journal]
+                            done[k] = (p, _continued(p, done[k][1], o), src if o.result is not None else done[k][2])
+                        again = [p for p in again if _more(done[index[p.journal]][1])]
                     for p, outcome, _src in done:
                         p.data, p.sums = {}, {}  # the bytes are written: free them before the next round
                         outcomes[p.journal] = _added(outcomes.get(p.journal), outcome)
@@ -472,8 +490,12 @@ def copy_all(
         try:
             state.save()
         finally:
-            for s in sources:
-                s.close()
+            try:
+                for s in sources:
+                    s.close()
+            finally:
+                if own_destinations:
+                    destinations.close()
 
 
 def _probe(lister: Source, plans: list[_Plan], outcomes: dict[str, JournalOutcome]) -> list[_Plan]:
@@ -529,6 +551,21 @@ def _added(before: JournalOutcome | None, after: JournalOutcome) -> JournalOutco
     return after._replace(result=a._replace(messages=b.messages + a.messages, bytes=b.bytes + a.bytes),
                           lag_bytes=_plus(before.lag_bytes, after.lag_bytes),
                           lag_messages=_plus(before.lag_messages, after.lag_messages))  # fmt: skip
+
+
+def _continued(p: _Plan, before: JournalOutcome, after: JournalOutcome) -> JournalOutcome:
+    """A journal's outcome after a further layer of its copy in the same round (see copy_all): the messages
+    and bytes of both, the lag as found before the first. When the layer failed, what the earlier ones copied
+    stays with its error: it is durable at the hub, and committed."""
+    if after.result is None or before.result is None:
+        return before._replace(error=after.error)
+    b, a = before.result, after.result
+    merged = a._replace(messages=b.messages + a.messages, bytes=b.bytes + a.bytes)
+    return JournalOutcome(p.journal, merged, None, *seen_lag(p.segments, p.hub_tail, merged))
+
+
+def _more(o: JournalOutcome) -> bool:
+    return o.result is not None and o.result.more
 
 
 def _plus(a: int | None, b: int | None) -> int | None:

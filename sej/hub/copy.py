@@ -23,7 +23,7 @@ from ..checksum import BLOCK, RECORD, Verifier, check_header, parse_records
 from ..checksum import HEADER as SUM_HEADER
 from ..errors import SejError
 from ..frames import HEADER, I32, NO_TIMESTAMP, frame_total, walk_frames
-from ..fsutil import open_dir, sync_file_system
+from ..fsutil import allow_open_files, open_dir, sync_file_system
 from ..layout import index_dir, list_segments, segment_dir, segment_name, segment_path, writer_lock_path
 from ..lock import lock_file, unlock_file
 from ..segment import chain_back, next_entry_after
@@ -57,6 +57,7 @@ class CopyResult(NamedTuple):
     next_offset: int  # the destination's next offset now
     segment: str = ""  # the destination's last segment (its file name) now, "" before the first
     size: int = 0  # its size
+    more: bool = False  # a SyncBatch's copy stopped before the next segment: copy again after the batch's sync
 
 
 class _Destination:
@@ -71,6 +72,7 @@ class _Destination:
         self.next: int | None = None
         self.max_ts = NO_TIMESTAMP
         self.unsynced = 0  # bytes not known to be durable
+        self.sums_unsynced = True  # the checksums' bytes may not be durable (an fsync of the segment leaves them)
         try:
             if list_segments(dir):
                 self.seg = SegmentAppender(dir)  # a torn tail from an interrupted copy is cut aside
@@ -94,13 +96,21 @@ class _Destination:
     def index(self) -> idx.Appender | None:
         return self.seg.index if self.seg is not None else None
 
-    def start_segment(self, first: int) -> None:
-        """Begin the segment named `first` (the source's next segment)."""
-        self.sync()
-        if self.seg is None:
-            self.seg = SegmentAppender(self.dir, start_offset=first)
+    def start_segment(self, first: int, durable: bool = True) -> None:
+        """Begin the segment named `first` (the source's next segment). Not `durable` (a SyncBatch's copy):
+        the current segment is durable already, and the batch's syncfs makes the new one's name durable."""
+        if durable:
+            self.sync()
         else:
-            previous = self.seg.start(first)
+            assert not self.unsynced, "a segment is durable before the next one is created"
+            if self.seg is not None:
+                if self.sums_unsynced and self.seg.sums is not None:
+                    self.seg.sums.sync()  # the segment was fsynced on its own (SYNC_EVERY), not by a syncfs
+                self.seg.index.flush()
+        if self.seg is None:
+            self.seg = SegmentAppender(self.dir, start_offset=first, durable=durable)
+        else:
+            previous = self.seg.start(first, durable)
             if previous is not None:
                 previous.close()
         self.next = first
@@ -114,6 +124,7 @@ class _Destination:
     def write(self, data: bytes | memoryview) -> None:
         assert self.seg is not None
         before = self.seg.size
+        self.sums_unsynced = True
         try:
             self.seg.write(data)
         finally:
@@ -123,6 +134,7 @@ class _Destination:
         """Drop the bytes of the current segment from `size` on (a frame copied only in part)."""
         assert self.seg is not None
         self.unsynced += self.seg.size - size
+        self.sums_unsynced = True
         self.seg.cut(size)
 
     def sync(self) -> None:
@@ -137,6 +149,7 @@ class _Destination:
     def synced(self) -> None:
         """Everything written is durable now (a SyncBatch's syncfs): write the index entries that wait for it."""
         self.unsynced = 0
+        self.sums_unsynced = False
         if self.seg is not None:
             self.seg.index.flush()
 
@@ -162,9 +175,10 @@ class _Destination:
             return False
 
     def close(self, synced: bool = False) -> None:
+        """Close; `synced`: everything written is durable (a syncfs), so nothing is fsynced again."""
         try:
             if self.seg is not None:
-                self.seg.close(synced)
+                self.seg.close(synced or not (self.unsynced or self.sums_unsynced))
         finally:
             unlock_file(self.lock)
 
@@ -228,6 +242,24 @@ class _SumCheck:
         bytes before their checksums)."""
         if size is not None and self.v.covered > size:
             raise self.fail(f"the checksum file covers bytes up to {self.v.covered}, past the segment's end ({size})")
+
+
+OPEN_JOURNALS = 4096
+"""The most hub journals kept open (Destinations) by a process, over all clients (three files each)."""
+
+
+def open_journals() -> int:
+    """How many hub journals to keep open: OPEN_JOURNALS, fewer if the open-files limit cannot be raised."""
+    allow_open_files(3 * OPEN_JOURNALS + 1024)
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError):
+        return 0
+    if soft == resource.RLIM_INFINITY:
+        return OPEN_JOURNALS
+    return max(0, min(OPEN_JOURNALS, (soft - 1024) // 3))
 
 
 class Destinations:
@@ -402,6 +434,7 @@ def _copy_into(
     i = _resume_point(source, journal, src, dest, where)
     if dest.next is None:
         dest.next = src[0].first_offset  # a new copy starts where the source's retention starts
+    more = False
     while i < len(src):
         seg = src[i]
         if dest.name != seg.name:
@@ -410,7 +443,12 @@ def _copy_into(
                     f"{where}: gap: {source.describe(journal, seg.name)} starts at offset "
                     f"{seg.first_offset}, the hub's copy continues at {dest.next}"
                 )
-            dest.start_segment(seg.first_offset)
+            if not sync and dest.seg is not None and dest.unsynced:
+                # A segment is durable before the next exists (recovery looks only at the last one): here that
+                # waits for the batch's syncfs, and the copy goes on after it (copy_all's layers), not an fsync.
+                more = True
+                break
+            dest.start_segment(seg.first_offset, durable=sync)
         last_listed = i == len(src) - 1
         n, b, finished = _copy_segment(source, journal, seg, dest, where, stop, on_bytes, chunk, last_listed)
         copied += n
@@ -430,7 +468,7 @@ def _copy_into(
     # Commit only a change: a hub polling every second must not rewrite every producer's file.
     if copied or source.read_offset(journal, reader) != dest.next:
         source.commit_offset(journal, reader, dest.next)
-    return CopyResult(journal, dest_dir, copied, copied_bytes, dest.next, dest.name, dest.size)
+    return CopyResult(journal, dest_dir, copied, copied_bytes, dest.next, dest.name, dest.size, more)
 
 
 def _resume_point(source: Source, journal: str, src: list[SourceSegment], dest: _Destination, where: str) -> int:

@@ -37,12 +37,11 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from ..errors import ChecksumError, CorruptionError, SejError
-from ..fsutil import allow_open_files
 from ..layout import HUB_LOCK
 from ..lock import lock_file
 from .batch import CopyState, JournalOutcome, copy_all
 from .config import ClientConfig, HubConfig
-from .copy import CopyError, Destinations
+from .copy import CopyError, Destinations, open_journals
 from .location import Sources, open_sources, transport_errors
 from .source import CONNECT_TIMEOUT, IO_TIMEOUT, Call, Source, SourceError, SourceSegment
 from .status import JournalPass, StatusBook
@@ -196,24 +195,6 @@ def backoff_delay(failures: int, poll_interval: float, backoff_max: float) -> fl
     if failures <= 0:
         return poll_interval
     return max(poll_interval, min(backoff_max, poll_interval * 2.0 ** min(failures, 60)))
-
-
-OPEN_JOURNALS = 4096
-"""The most hub journals kept open between passes, over all clients (three files each)."""
-
-
-def _open_journals() -> int:
-    """How many hub journals to keep open: OPEN_JOURNALS, fewer if the open-files limit cannot be raised."""
-    allow_open_files(3 * OPEN_JOURNALS + 1024)
-    try:
-        import resource
-
-        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    except (ImportError, OSError):
-        return 0
-    if soft == resource.RLIM_INFINITY:
-        return OPEN_JOURNALS
-    return max(0, min(OPEN_JOURNALS, (soft - 1024) // 3))
 
 
 def lock_path(config: HubConfig) -> str:
@@ -529,7 +510,7 @@ class Hub:
 
     def __init__(self, config: HubConfig, records: bool = True) -> None:
         self.config = config
-        self.destinations = Destinations(_open_journals())
+        self.destinations = Destinations(open_journals())
         # What /metrics, /health and `sej hub status` (from the records in the hub root) show.
         self.status = StatusBook(config.hub_root if records else None,
                                  [(c.client_id, c.describe()) for c in config.clients])  # fmt: skip
