@@ -565,7 +565,8 @@ def _continued(p: _Plan, before: JournalOutcome, after: JournalOutcome) -> Journ
 
 
 def _more(o: JournalOutcome) -> bool:
-    return o.result is not None and o.result.more
+    """Whether a journal's copy goes on in a next layer: it stopped before a next segment, without error."""
+    return o.error is None and o.result is not None and o.result.more
 
 
 def _plus(a: int | None, b: int | None) -> int | None:
@@ -652,7 +653,7 @@ def _sync(
     except OSError as e:
         out = []
         for p, o, src in done:
-            if p.dest_dir in synced.dirs:
+            if p.dest_dir in synced.failed:
                 log.error("%s: the copy could not be made durable: %s", p.dest_dir, e,
                           extra={"client": client_id, "journal": p.journal})  # fmt: skip
                 src.commit = None

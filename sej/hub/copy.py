@@ -23,7 +23,7 @@ from ..checksum import BLOCK, RECORD, Verifier, check_header, parse_records
 from ..checksum import HEADER as SUM_HEADER
 from ..errors import SejError
 from ..frames import HEADER, I32, NO_TIMESTAMP, frame_total, walk_frames
-from ..fsutil import allow_open_files, open_dir, sync_file_system
+from ..fsutil import allow_open_files, fsync_dir, open_dir, sync_file_system
 from ..layout import index_dir, list_segments, segment_dir, segment_name, segment_path, writer_lock_path
 from ..lock import lock_file, unlock_file
 from ..segment import chain_back, next_entry_after
@@ -71,8 +71,10 @@ class _Destination:
         self.seg: SegmentAppender | None = None
         self.next: int | None = None
         self.max_ts = NO_TIMESTAMP
-        self.unsynced = 0  # bytes not known to be durable
-        self.sums_unsynced = True  # the checksums' bytes may not be durable (an fsync of the segment leaves them)
+        self.unsynced = 0  # bytes of the segment not known to be durable
+        self.written = 0  # of those, the bytes this copy wrote since its last sync (a failed sync cuts them)
+        self.sums_unsynced = False  # the checksums' bytes may not be durable (an fsync of the segment leaves them)
+        self.names_unsynced = False  # a segment was created without the fsyncs of its directories (SyncBatch)
         try:
             if list_segments(dir):
                 self.seg = SegmentAppender(dir)  # a torn tail from an interrupted copy is cut aside
@@ -80,6 +82,7 @@ class _Destination:
                 # A copy killed before its fsync leaves bytes the page cache holds and the disk may not:
                 # they are made durable with the next, before a next segment is created or anything committed.
                 self.unsynced = self.seg.size
+                self.sums_unsynced = True
         except BaseException:
             self.close()
             raise
@@ -97,22 +100,30 @@ class _Destination:
         return self.seg.index if self.seg is not None else None
 
     def start_segment(self, first: int, durable: bool = True) -> None:
-        """Begin the segment named `first` (the source's next segment). Not `durable` (a SyncBatch's copy):
-        the current segment is durable already, and the batch's syncfs makes the new one's name durable."""
+        """Begin the segment named `first` (the source's next segment).
+
+        Not `durable` (a SyncBatch's copy, which wrote nothing into the current segment since the batch
+        made it durable): nothing already durable is fsynced again, and the new segment's name is made
+        durable by the batch. The current segment is durable, with its checksums and name, before the
+        next one exists either way (recovery looks at the last segment only).
+        """
         if durable:
             self.sync()
-        else:
-            assert not self.unsynced, "a segment is durable before the next one is created"
-            if self.seg is not None:
-                if self.sums_unsynced and self.seg.sums is not None:
-                    self.seg.sums.sync()  # the segment was fsynced on its own (SYNC_EVERY), not by a syncfs
-                self.seg.index.flush()
+        elif self.seg is not None:
+            assert not self.written, "a SyncBatch's copy syncs what it wrote before the next segment"
+            self.sync()  # bytes of a reopened journal, not known durable: fsynced on their own
+            if self.sums_unsynced and self.seg.sums is not None:
+                self.seg.sums.sync()  # the segment was fsynced on its own (reopened, or SYNC_EVERY)
+            if self.names_unsynced:
+                fsync_dir(segment_dir(self.dir))
+                fsync_dir(index_dir(self.dir))
         if self.seg is None:
             self.seg = SegmentAppender(self.dir, start_offset=first, durable=durable)
         else:
             previous = self.seg.start(first, durable)
             if previous is not None:
                 previous.close()
+        self.sums_unsynced = self.names_unsynced = not durable
         self.next = first
         self.max_ts = NO_TIMESTAMP
 
@@ -129,29 +140,56 @@ class _Destination:
             self.seg.write(data)
         finally:
             self.unsynced += self.seg.size - before
+            self.written += self.seg.size - before
 
     def cut(self, size: int) -> None:
-        """Drop the bytes of the current segment from `size` on (a frame copied only in part)."""
+        """Drop the bytes of the current segment from `size` on (a frame this copy copied only in part)."""
         assert self.seg is not None
-        self.unsynced += self.seg.size - size
-        self.sums_unsynced = True
+        dropped = self.seg.size - size
         self.seg.cut(size)
+        self.unsynced, self.written = max(0, self.unsynced - dropped), max(0, self.written - dropped)
+        self.sums_unsynced = True
 
     def sync(self) -> None:
+        """fsync the segment if it has bytes not known durable, then write its index entries."""
         if self.seg is None:
             return
         if self.unsynced:
             self.seg.sync()
-            self.unsynced = 0
+            self.unsynced = self.written = 0
         else:
             self.seg.index.flush()
 
+    @property
+    def needs_sync(self) -> bool:
+        """Whether anything of the journal is not known to be durable: a SyncBatch must sync it."""
+        return bool(self.unsynced or self.sums_unsynced or self.names_unsynced)
+
+    def sync_all(self) -> None:
+        """Make everything durable with fsyncs of its own (the segment, its checksums, new names)."""
+        self.sync()
+        if self.seg is not None and self.seg.sums is not None and self.sums_unsynced:
+            self.seg.sums.sync()
+        if self.names_unsynced:
+            fsync_dir(segment_dir(self.dir))
+            fsync_dir(index_dir(self.dir))
+        self.synced()
+
     def synced(self) -> None:
         """Everything written is durable now (a SyncBatch's syncfs): write the index entries that wait for it."""
-        self.unsynced = 0
-        self.sums_unsynced = False
+        self.unsynced = self.written = 0
+        self.sums_unsynced = self.names_unsynced = False
         if self.seg is not None:
             self.seg.index.flush()
+
+    def discard_unsynced(self) -> None:
+        """Cut what this copy wrote since its last sync, which a failed sync may have lost under a page cache
+        that still shows it: the next copy writes it again. Best effort (the journal is dropped next)."""
+        if self.seg is not None and self.written:
+            try:
+                self.seg.cut(self.seg.size - self.written)
+            except OSError as e:
+                log.error("%s: cannot cut the bytes a failed sync may have lost: %s", self.dir, e)
 
     @property
     def dev(self) -> int:
@@ -178,7 +216,7 @@ class _Destination:
         """Close; `synced`: everything written is durable (a syncfs), so nothing is fsynced again."""
         try:
             if self.seg is not None:
-                self.seg.close(synced or not (self.unsynced or self.sums_unsynced))
+                self.seg.close(synced or not self.needs_sync)
         finally:
             unlock_file(self.lock)
 
@@ -304,14 +342,22 @@ class Destinations:
         return len(self._open)
 
 
+PENDING_LIMIT = 1024
+"""The most hub journals a process's SyncBatches hold open at once, waiting for their syncfs (three files
+each): a batch that reaches it syncs what it holds early (or waits for the other batches to)."""
+
+_pending_slots = threading.BoundedSemaphore(PENDING_LIMIT)
+
+
 class SyncBatch:
     """Copies made durable together by one syncfs of the hub's file system, not an fsync each (a pass's).
 
     Created before the copies write: syncfs then reports any write-back error on that file system
     since (sej.fsutil.sync_file_system), so none of theirs goes unnoticed. A copy into a journal on
     another file system (a mount below the hub root) is fsynced on its own. Until `sync` returns, no
-    copy added is durable, and none may be committed on its source. 1,000 journals with one new
-    message each: one syncfs 0.02 s, their fsyncs 0.15-0.3 s (2 threads), on this project's machine.
+    copy added is durable, and none may be committed on its source. A batch holding PENDING_LIMIT
+    journals (over all batches) syncs them early. 1,000 journals with one new message each: one
+    syncfs 0.02 s, their fsyncs 0.15-0.3 s (2 threads), on this project's machine.
     """
 
     def __init__(self, root: str, destinations: Destinations | None = None) -> None:
@@ -322,36 +368,75 @@ class SyncBatch:
         self._lock = threading.Lock()
         self.dirs: set[str] = set()
         """The hub's journal directories of the copies added."""
+        self.failed: set[str] = set()
+        """Those whose copies could not be made durable (by an early sync, or by `sync`)."""
+        self._error: OSError | None = None
 
     def add(self, dest: _Destination) -> None:
+        """Hold `dest` until the sync (it needs_sync). Blocks while the process holds PENDING_LIMIT."""
+        while not _pending_slots.acquire(blocking=False):
+            if not self._flush():  # none of ours to sync: wait for the other batches to sync theirs
+                _pending_slots.acquire()
+                break
         with self._lock:
             self._pending.append(dest)
             self.dirs.add(dest.dir)
 
+    def _flush(self) -> bool:
+        """Sync what the batch holds now; a failure is kept for `sync` to raise. False if it held nothing."""
+        with self._lock:
+            pending, self._pending = self._pending, []
+            if not pending:
+                return False
+            try:
+                self._sync(pending)
+            except OSError as e:
+                self._error = self._error or e
+                self.failed.update(d.dir for d in pending)
+            return True
+
+    def _sync(self, pending: list[_Destination]) -> None:
+        """Make `pending` durable, then give each back (or close it); each slot is released."""
+        try:
+            try:
+                others = [d for d in pending if d.dev != self._dev]
+                if len(others) < len(pending):
+                    sync_file_system(self._fd)
+                for d in others:
+                    d.sync_all()
+            except BaseException:
+                for d in pending:
+                    try:
+                        d.discard_unsynced()
+                    finally:
+                        try:
+                            d.drop()
+                        except OSError as e:
+                            log.error("%s: closing the hub's journal: %s", d.dir, e)
+                raise
+            for d in pending:
+                try:
+                    d.synced()
+                    if self._destinations is not None:
+                        self._destinations.give(d)
+                    else:
+                        d.close(synced=True)
+                except Exception as e:  # durable already: its index entries (derived) are rebuilt when reopened
+                    log.warning("%s: closing the hub's journal after its sync: %s", d.dir, e)
+                    d.drop()
+        finally:
+            for _ in pending:
+                _pending_slots.release()
+
     def sync(self) -> None:
         """Make every copy added durable, then give each back to `destinations` (or close it).
 
-        OSError when that failed: no copy of the batch is durable then, and each is closed
-        without writing more (the next copy reopens it, with recovery).
+        OSError when that failed for some (`failed`): none of their copies is durable then, each was cut
+        back to what was durable and closed without writing more (the next copy writes it again).
         """
-        with self._lock:
-            pending, self._pending = self._pending, []
-        try:
-            others = [d for d in pending if d.dev != self._dev]
-            if len(others) < len(pending):
-                sync_file_system(self._fd)
-            for d in others:
-                d.sync()
-        except BaseException:
-            for d in pending:
-                d.drop()
-            raise
-        for d in pending:
-            d.synced()
-            if self._destinations is not None:
-                self._destinations.give(d)
-            else:
-                d.close(synced=True)
+        self._flush()
+        if self._error is not None:
+            raise self._error
 
     def close(self) -> None:
         """Close the batch; copies still in it (a pass stopped before `sync`) are fsynced and closed each."""
@@ -360,12 +445,16 @@ class SyncBatch:
         try:
             for d in pending:
                 try:
-                    d.sync()
-                    d.close()
+                    d.sync_all()
                 except OSError as e:
-                    d.drop()
                     log.error("%s: %s", d.dir, e)
+                    d.discard_unsynced()
+                    d.drop()
+                    continue
+                d.close(synced=True)
         finally:
+            for _ in pending:
+                _pending_slots.release()
             os.close(self._fd)
 
 
@@ -397,7 +486,7 @@ def copy_journal(
     try:
         result = _copy_into(dest, source, journal, dest_dir, client_id, reader, stop, on_bytes, chunk,
                             sync=batch is None)  # fmt: skip
-        if batch is not None and dest.unsynced:
+        if batch is not None and dest.needs_sync:
             batch.add(dest)  # the batch syncs it, then gives it back or closes it
             kept = True
             return result
@@ -443,7 +532,7 @@ def _copy_into(
                     f"{where}: gap: {source.describe(journal, seg.name)} starts at offset "
                     f"{seg.first_offset}, the hub's copy continues at {dest.next}"
                 )
-            if not sync and dest.seg is not None and dest.unsynced:
+            if not sync and dest.seg is not None and dest.written:
                 # A segment is durable before the next exists (recovery looks only at the last one): here that
                 # waits for the batch's syncfs, and the copy goes on after it (copy_all's layers), not an fsync.
                 more = True
