@@ -23,7 +23,7 @@ from .checksum import BLOCK, HEADER, RECORD, Hasher, SumFile, check_header, pars
 from .errors import CorruptionError, UnsafeFileError
 from .frames import NO_TIMESTAMP
 from .fsutil import fsync_dir, open_file, open_regular
-from .layout import index_dir, index_path, list_segments, segment_dir, segment_path, sum_path
+from .layout import Segment, index_dir, index_path, list_segments, segment_dir, segment_path, sum_path
 from .recovery import recover_tail
 from .segment import pread_full
 
@@ -44,14 +44,17 @@ class SegmentAppender:
 
     __slots__ = ("dir", "file", "fd", "first", "size", "next_offset", "max_ts", "index", "recovered", "sums")
 
-    def __init__(self, dir: str, *, strict: bool = False, start_offset: int = 0, durable: bool = True) -> None:
+    def __init__(self, dir: str, *, strict: bool = False, start_offset: int = 0, durable: bool = True,
+                 listed: list[Segment] | None = None) -> None:  # fmt: skip
+        """`listed`: the journal's segments, listed by the caller under the writer lock (its jnl/ and idx/ exist)."""
         self.dir = dir
-        os.makedirs(segment_dir(dir), exist_ok=True)
-        os.makedirs(index_dir(dir), exist_ok=True)
+        if listed is None:
+            os.makedirs(segment_dir(dir), exist_ok=True)
+            os.makedirs(index_dir(dir), exist_ok=True)
         self.recovered: CorruptionError | None = None
         self.file: IO[bytes] | None = None
         self.sums: SumFile | None = None  # None: this segment stays unchecked (see _resume_sums)
-        segments = list_segments(dir)
+        segments = list_segments(dir) if listed is None else listed
         if not segments:
             self.start(start_offset, durable)
             return

@@ -76,8 +76,9 @@ class _Destination:
         self.sums_unsynced = False  # the checksums' bytes may not be durable (an fsync of the segment leaves them)
         self.names_unsynced = False  # a segment was created without the fsyncs of its directories (SyncBatch)
         try:
-            if list_segments(dir):
-                self.seg = SegmentAppender(dir)  # a torn tail from an interrupted copy is cut aside
+            listed = list_segments(dir)
+            if listed:
+                self.seg = SegmentAppender(dir, listed=listed)  # a torn tail from an interrupted copy is cut aside
                 self.next, self.max_ts = self.seg.next_offset, self.seg.max_ts
                 # A copy killed before its fsync leaves bytes the page cache holds and the disk may not:
                 # they are made durable with the next, before a next segment is created or anything committed.
