@@ -409,9 +409,10 @@ def _result(series: tuple[int, ...], reps: int, rounds: int, times: dict[tuple[i
             f"`sej copy ssh://… HUB --workers {WORKERS}` (a new process each time: start-up, connection and its "
             "cache of the last run included) against `rsync -a --append -e ssh …` into its own directory, over the "
             "same sshd and key, also with `--fsync` (durable, as the hub is); the page cache is written back "
-            "(`os.sync()`) before each run. The hub checks every frame, fsyncs "
-            "what it wrote and then commits its offset on the producer (written, fsynced and renamed over SFTP); "
-            "rsync copies bytes and, without `--fsync`, fsyncs nothing.",
+            "(`os.sync()`) before each run. The hub checks every frame, makes what it wrote durable (over 16 "
+            "journals or more, one `syncfs` per layer of segments, which also writes back whatever else is dirty on "
+            "the disk, here the producer's files; else an fsync each) and then commits its offset on the producer "
+            "(written, fsynced and renamed over SFTP); rsync copies bytes and, without `--fsync`, fsyncs nothing.",
             "Passes: initial (empty destinations), idle (nothing new), incremental (the live writers appended one "
             "message to every journal). After each pass every copy is checked against the source. The idle row "
             "also times the pass as `sej-hub` makes it: its connection open and the last pass's state in memory.",
