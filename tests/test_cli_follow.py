@@ -172,6 +172,34 @@ def test_ctrl_c_at_any_moment_of_start_up_exits_130_without_a_traceback(tmp_path
         assert code == 130 and "Traceback" not in err and "".join(others).strip() == "", (at, start_up, code, others)
 
 
+@pytest.mark.parametrize(("raised", "code"), [("KeyboardInterrupt()", 130), ("SystemExit(130)", 130),
+                                              ("SystemExit(143)", 143)])  # fmt: skip
+def test_an_interrupt_raised_where_python_ignores_exceptions_is_delivered_again(raised: str, code: int) -> None:
+    """The loaded suite once found `sej scan -f` following on after Ctrl-C: the handler's exception was raised
+    in a weakref callback of the import system's module locks, where Python prints "Exception ignored" and
+    goes on. Here a weakref callback raises what the handlers raise (SIGINT's; SIGTERM's in `sej scan -f`):
+    the program still ends, with that exit code, and says nothing."""
+    program = (
+        "import signal, sys, time, weakref\n"
+        "import sej.apps.entry\n"
+        "def terminated(signum, frame):\n"
+        "    raise SystemExit(143)\n"
+        "signal.signal(signal.SIGTERM, terminated)  # as sej scan -f's\n"
+        "class Thing:\n"
+        "    pass\n"
+        "def callback(ref):\n"
+        f"    raise {raised}  # as a signal handler running inside the callback\n"
+        "thing = Thing()\n"
+        "ref = weakref.ref(thing, callback)\n"
+        "del thing\n"
+        "for _ in range(3000):  # the program's work: up to 30 s\n"
+        "    time.sleep(0.01)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, preexec_fn=default_sigint,
+                       env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=scaled(120))  # fmt: skip
+    assert (r.returncode, r.stderr) == (code, "")
+
+
 # -- scan -c, --from --------------------------------------------------------------------------------
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 # _signal: the C module under `signal`, loaded with the interpreter (`signal` itself builds enums: 1-2 ms
 # here, with Ctrl-C still unhandled). Its handlers are the very objects `signal.getsignal` returns.
 import _signal
+import _thread
 import sys
 
 TYPE_CHECKING = False
@@ -35,6 +36,26 @@ def _exit_interrupted(signum: int, frame: FrameType | None) -> None:
 # ignored (started in the background with `&` or nohup): that must stay so.
 if _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
     _signal.signal(_signal.SIGINT, _exit_interrupted)
+
+_TERMINATED = 143  # sej.apps.cli.follow.TERMINATED: SIGTERM's exit
+
+
+def _unraisable(unraisable: sys.UnraisableHookArgs) -> None:
+    """A signal handler's exception raised where Python ignores exceptions, and so lost: in a weakref
+    callback (the import system's module locks have one: an interrupt while a module loads landed there,
+    and `sej scan -f` then followed on as if never interrupted) or a __del__. The signal is delivered
+    again, to the handler in force, from another thread: called here, the handler would run at once, inside
+    this hook, and be lost again. Anything else goes to Python's own hook."""
+    exc = unraisable.exc_value
+    if isinstance(exc, KeyboardInterrupt) or (isinstance(exc, SystemExit) and exc.code == INTERRUPTED):
+        _thread.start_new_thread(_thread.interrupt_main, (_signal.SIGINT,))
+    elif isinstance(exc, SystemExit) and exc.code == _TERMINATED:
+        _thread.start_new_thread(_thread.interrupt_main, (_signal.SIGTERM,))
+    else:
+        sys.__unraisablehook__(unraisable)
+
+
+sys.unraisablehook = _unraisable
 
 
 def run(module: str) -> None:
