@@ -193,7 +193,28 @@ def _find_syncfs() -> Callable[[int], int] | None:
 
 _syncfs = _find_syncfs()
 HAVE_SYNCFS = _syncfs is not None
-"""Whether `sync_file_system` can be used here."""
+"""Whether `sync_file_system` can be used here (see also `syncfs_reports_errors`)."""
+
+_DISK_FILE_SYSTEMS = {
+    0xEF53: "ext2/3/4",
+    0x58465342: "xfs",
+    0x9123683E: "btrfs",
+    0xF2F52010: "f2fs",
+}
+"""Local disk file systems whose write-back errors syncfs reports (through the VFS's per-super-block error
+sequence); on others (network, FUSE, overlay, tmpfs) a hub fsyncs each file instead."""
+
+
+def syncfs_reports_errors(fd: int) -> bool:
+    """Whether one `sync_file_system(fd)` may stand for fsyncs of the files on the file system of `fd`."""
+    if _syncfs is None:
+        return False
+    import ctypes
+
+    buf = ctypes.create_string_buffer(256)  # struct statfs: f_type (a C long) comes first
+    if ctypes.CDLL(None, use_errno=True).fstatfs(fd, buf) != 0:
+        return False
+    return (ctypes.c_long.from_buffer(buf).value & 0xFFFFFFFF) in _DISK_FILE_SYSTEMS
 
 
 def sync_file_system(fd: int) -> None:

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sej
-from sej.fsutil import HAVE_SYNCFS
+from sej.fsutil import syncfs_reports_errors
 from sej.hub import CopyError, LocalSource, Source, copy_all, copy_journal, destination_name
 from sej.hub.batch import state_file
 from sej.hub.names import check_journal_name, check_segment_name
@@ -384,6 +384,16 @@ def test_a_hostile_source_cannot_write_outside_the_client_directories(tmp_path) 
 
 
 @pytest.mark.skipif(shutil.which("strace") is None and not os.environ.get("CI"), reason="needs strace")
+def needs_syncfs(path: Path) -> None:
+    """Skip unless the hub's passes over `path` make copies durable with syncfs (Linux 5.8+, a disk file system)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if not syncfs_reports_errors(fd):
+            pytest.skip(f"{path}: no syncfs that reports write-back errors here")
+    finally:
+        os.close(fd)
+
+
 def strace_events(log: Path) -> list[tuple[str, str]]:
     """(call, path) of the traced opens, writes, fsyncs, syncfs and renames, in order, from `strace -f -o`."""
     paths: dict[int, str] = {}
@@ -478,9 +488,9 @@ def test_a_reopened_hub_journal_fsyncs_its_last_segment_before_it_creates_the_ne
     assert_identical(str(src), hub)
 
 
-@pytest.mark.skipif(not HAVE_SYNCFS, reason="syncfs with write-back errors needs Linux 5.8")
 def test_a_pass_over_many_journals_makes_their_copies_durable_with_one_syncfs_before_any_commit(tmp_path) -> None:
     """1,000 changed journals cost 1,000 fsyncs (0.15-0.3 s); one syncfs of the hub's file system, 0.02 s."""
+    needs_syncfs(tmp_path)
     src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
     with sej.ShardedWriter(src, "p", shard_bit=5) as w:  # 32 journals, one segment each
         for i in range(300):
@@ -508,13 +518,13 @@ def test_a_pass_over_many_journals_makes_their_copies_durable_with_one_syncfs_be
         assert read_offset_file(os.path.join(src, j, "ofs", "hub.ofs")) == sej.next_offset(os.path.join(hub, f"c1.{j}"))
 
 
-@pytest.mark.skipif(not HAVE_SYNCFS, reason="syncfs with write-back errors needs Linux 5.8")
 def test_a_pass_copies_many_journals_of_several_segments_in_layers_each_segment_durable_before_the_next(
     tmp_path,
 ) -> None:
     """A hub segment must be durable before the next one exists (recovery looks at the last one only). In a
     pass over many journals that is one syncfs per layer of segments, not an fsync of each: every segment is
     written, a syncfs follows, and only then is the next segment of its journal created."""
+    needs_syncfs(tmp_path)
     src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
     layers = layered_root(src)
     log = tmp_path / "strace.log"
@@ -548,6 +558,42 @@ def test_a_pass_copies_many_journals_of_several_segments_in_layers_each_segment_
         assert read_offset_file(os.path.join(src, j, "ofs", "hub.ofs")) == sej.next_offset(os.path.join(hub, f"c1.{j}"))
 
 
+def test_a_hub_root_on_a_file_system_without_trusted_syncfs_errors_gets_an_fsync_per_journal(tmp_path) -> None:
+    """tmpfs (as NFS, FUSE or overlayfs) is not a disk file system whose syncfs is known to report write-back
+    errors: there a pass over many journals fsyncs each one's files, and never calls syncfs."""
+    if not os.path.isdir("/dev/shm") or not os.access("/dev/shm", os.W_OK):
+        pytest.skip("no writable /dev/shm")
+    src = str(tmp_path / "src")
+    hub = tempfile.mkdtemp(dir="/dev/shm", prefix="sej-hub-")
+    try:
+        fd = os.open(hub, os.O_RDONLY)
+        try:
+            if syncfs_reports_errors(fd):
+                pytest.skip("/dev/shm is a disk file system here")
+        finally:
+            os.close(fd)
+        layered_root(src)
+        log = tmp_path / "strace.log"
+        code = (
+            "import sys; from sej.hub import LocalSource, copy_all\n"
+            "out = copy_all(lambda: LocalSource(sys.argv[1]), sys.argv[2], 'c1', 'hub', workers=1)\n"
+            "assert all(o.error is None for o in out), out\n"
+        )
+        subprocess.run(
+            ["strace", "-f", "-qq", "-o", str(log), "-e", "trace=openat,write,fsync,fdatasync,syncfs",
+             sys.executable, "-c", code, src, hub],
+            check=True, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, timeout=scaled(60),
+        )  # fmt: skip
+        events = strace_events(log)
+        assert not [e for e in events if e[0] == "syncfs"]
+        fsynced = {p for n, p in events if n in ("fsync", "fdatasync") and p.startswith(hub) and p.endswith(".jnl")}
+        written = {p for n, p in events if n == "write" and p.startswith(hub) and p.endswith(".jnl")}
+        assert written and written <= fsynced, sorted(written - fsynced)[:3]
+        assert_identical(src, hub)
+    finally:
+        shutil.rmtree(hub, ignore_errors=True)
+
+
 def test_a_failed_syncfs_fails_every_copy_of_its_round_uncommitted_and_the_next_pass_copies_them(
     tmp_path, monkeypatch
 ) -> None:
@@ -557,6 +603,7 @@ def test_a_failed_syncfs_fails_every_copy_of_its_round_uncommitted_and_the_next_
 
     import sej.hub.copy as hub_copy
 
+    needs_syncfs(tmp_path)
     src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
     with sej.ShardedWriter(src, "p", shard_bit=5) as w:
         for i in range(300):
@@ -567,12 +614,11 @@ def test_a_failed_syncfs_fails_every_copy_of_its_round_uncommitted_and_the_next_
         raise OSError(errno.EIO, "syncfs: Input/output error")
 
     monkeypatch.setattr(hub_copy, "sync_file_system", failing)
-    monkeypatch.setattr("sej.hub.batch.HAVE_SYNCFS", True)
     out = copy_all(lambda: LocalSource(src), hub, "c1", "hub")
     assert len(out) == 32 and all(o.result is None and isinstance(o.error, OSError) for o in out), out[:2]
     for j in os.listdir(src):
         assert not os.path.exists(os.path.join(src, j, "ofs", "hub.ofs")), j
-    monkeypatch.setattr(hub_copy, "sync_file_system", real if HAVE_SYNCFS else (lambda fd: os.sync()))
+    monkeypatch.setattr(hub_copy, "sync_file_system", real)
     again = copy_all(lambda: LocalSource(src), hub, "c1", "hub")
     # What the failed syncfs covered was cut, not trusted from the page cache: the next pass writes it all again.
     assert all(o.error is None for o in again) and sum(o.result.messages for o in again) == 300
@@ -599,6 +645,7 @@ def test_a_syncfs_failing_in_a_later_layer_commits_only_the_layers_before_and_th
 
     import sej.hub.copy as hub_copy
 
+    needs_syncfs(tmp_path)
     src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
     layered_root(src)
     calls = []
@@ -610,7 +657,6 @@ def test_a_syncfs_failing_in_a_later_layer_commits_only_the_layers_before_and_th
         os.sync()
 
     monkeypatch.setattr(hub_copy, "sync_file_system", second_fails)
-    monkeypatch.setattr("sej.hub.batch.HAVE_SYNCFS", True)
     out = copy_all(lambda: LocalSource(src), hub, "c1", "hub")
     assert len(calls) == 2, "no layer after the failed one"
     assert all(isinstance(o.error, OSError) and o.result is not None for o in out), out[:2]
@@ -649,9 +695,9 @@ def test_journals_waiting_for_a_syncfs_stay_within_the_process_limit(tmp_path, m
 
     monkeypatch.setattr(hub_copy, "_pending_slots", threading.BoundedSemaphore(5))
     syncs = []
-    real = hub_copy.sync_file_system if HAVE_SYNCFS else (lambda fd: os.sync())
+    real = hub_copy.sync_file_system
     monkeypatch.setattr(hub_copy, "sync_file_system", lambda fd: (syncs.append(fd), real(fd)))
-    monkeypatch.setattr("sej.hub.batch.HAVE_SYNCFS", True)
+    needs_syncfs(tmp_path)
     src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
     layers = layered_root(src)
     out = copy_all(lambda: LocalSource(src), hub, "c1", "hub")

@@ -367,7 +367,8 @@ def copy_all(
     `state` carries what the last pass learned (the daemon's, or `sej copy`'s from its cache
     file), so unchanged journals cost two lstats; without it every journal is listed. A state
     with a `path` is saved there at the end. `destinations` keeps the hub's journals open
-    between passes (the daemon's).
+    between passes (the daemon's); without them, the pass keeps the journals it copies into open (and
+    locked) until it ends, up to sej.hub.copy.open_journals(), which raises the process's open-files limit.
     """
     os.makedirs(dest_root, exist_ok=True)
     state = state if state is not None else CopyState()

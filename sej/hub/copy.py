@@ -23,7 +23,7 @@ from ..checksum import BLOCK, RECORD, Verifier, check_header, parse_records
 from ..checksum import HEADER as SUM_HEADER
 from ..errors import SejError
 from ..frames import HEADER, I32, NO_TIMESTAMP, frame_total, walk_frames
-from ..fsutil import allow_open_files, fsync_dir, open_dir, sync_file_system
+from ..fsutil import allow_open_files, fsync_dir, open_dir, sync_file_system, syncfs_reports_errors
 from ..layout import index_dir, list_segments, segment_dir, segment_name, segment_path, writer_lock_path
 from ..lock import lock_file, unlock_file
 from ..segment import chain_back, next_entry_after
@@ -363,7 +363,8 @@ class SyncBatch:
 
     def __init__(self, root: str, destinations: Destinations | None = None) -> None:
         self._fd = open_dir(root, follow=True)  # the hub root itself may be a symlink its operator made
-        self._dev = os.fstat(self._fd).st_dev
+        # A file system whose syncfs may not report write-back errors gets fsyncs (as if another one's).
+        self._dev = os.fstat(self._fd).st_dev if syncfs_reports_errors(self._fd) else -1
         self._destinations = destinations
         self._pending: list[_Destination] = []
         self._lock = threading.Lock()
