@@ -6,6 +6,9 @@ nothing on stderr: while the program's modules load (about 0.1 s: click, watchdo
 through a handler that raises SystemExit(130); once the program runs, as the KeyboardInterrupt
 it handles itself (closing what it holds; the error shell exits 130), and 130 if one escapes it.
 
+An interrupt whose exception Python would ignore (raised in a weakref callback or a __del__, where
+Python prints "Exception ignored" and goes on) is delivered again (`_unraisable`), so it is never lost.
+
 Before this module runs, Python handles Ctrl-C itself, as for any program: the process is killed by
 the signal while the interpreter starts (a shell shows 130 too), and ends with a KeyboardInterrupt
 traceback while Python imports its `site` module and the environment's .pth files (2 ms in a fresh
@@ -28,8 +31,25 @@ if TYPE_CHECKING:
 INTERRUPTED = 130  # sej.apps.shell.INTERRUPTED, which is too costly to import here
 
 
+_interrupted = False
+
+
+def interrupted() -> bool:
+    """Whether SIGINT came (through this module's handlers): an error raised since may be its doing."""
+    return _interrupted
+
+
 def _exit_interrupted(signum: int, frame: FrameType | None) -> None:
+    global _interrupted
+    _interrupted = True
     raise SystemExit(INTERRUPTED)
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    """The program's SIGINT handler: a KeyboardInterrupt, as Python's own, and remembered (`interrupted`)."""
+    global _interrupted
+    _interrupted = True
+    raise KeyboardInterrupt
 
 
 # At import, not in run(): pip's wrapper runs a few lines of its own between the two. Not if SIGINT is
@@ -65,7 +85,7 @@ def run(module: str) -> None:
     main = importlib.import_module(module).main
     try:
         if _signal.getsignal(_signal.SIGINT) is _exit_interrupted:
-            _signal.signal(_signal.SIGINT, _signal.default_int_handler)  # the program's own: KeyboardInterrupt
+            _signal.signal(_signal.SIGINT, _interrupt)  # the program's own: KeyboardInterrupt
         main()
     except KeyboardInterrupt:
         sys.exit(INTERRUPTED)

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 import click
 
 from ..errors import InvalidArgumentError, LockedError, OffsetOutOfRangeError, SejError
+from .entry import interrupted
 
 OK = 0
 PROBLEMS = 1
@@ -142,6 +143,10 @@ class _Shell(click.Command):
             _silence_stdout()
             return OK
         except Exception as e:
+            if interrupted():
+                # Ctrl-C came: this error is its doing (CPython's import, interrupted while it builds the
+                # message of an ImportError, raises "TypeError: expected a message argument" instead).
+                raise KeyboardInterrupt from e
             if debugging(ctx):
                 raise
             raise translate(e, ctx.find_root().command_path) from e
