@@ -423,6 +423,23 @@ def strace_events(log: Path) -> list[tuple[str, str]]:
     return events
 
 
+TRACED = "trace=openat,write,fsync,fdatasync,syncfs,rename,renameat,renameat2"
+
+
+def traced_copy_all(log: Path, src: str, hub: str, calls: str) -> list[tuple[str, str]]:
+    """strace_events of a copy_all from `src` into `hub` (one copy thread: no interleaved strace lines)."""
+    code = (
+        "import sys; from sej.hub import LocalSource, copy_all\n"
+        "out = copy_all(lambda: LocalSource(sys.argv[1]), sys.argv[2], 'c1', 'hub', workers=1)\n"
+        "assert all(o.error is None for o in out), out\n"
+    )
+    subprocess.run(
+        ["strace", "-f", "-qq", "-o", str(log), "-e", calls, sys.executable, "-c", code, src, hub],
+        check=True, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, timeout=scaled(60),
+    )  # fmt: skip
+    return strace_events(log)
+
+
 def test_the_source_offset_is_committed_only_after_the_fsync_of_the_copy(tmp_path) -> None:
     src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
     produce(src, 300)
@@ -495,17 +512,7 @@ def test_a_pass_over_many_journals_makes_their_copies_durable_with_one_syncfs_be
     with sej.ShardedWriter(src, "p", shard_bit=5) as w:  # 32 journals, one segment each
         for i in range(300):
             w.append(b"v%d" % i, key=b"k%d" % i)
-    log = tmp_path / "strace.log"
-    code = (  # one copy thread: no interleaved strace lines
-        "import sys; from sej.hub import LocalSource, copy_all\n"
-        "copy_all(lambda: LocalSource(sys.argv[1]), sys.argv[2], 'c1', 'hub', workers=1)\n"
-    )
-    calls = "trace=openat,write,fsync,fdatasync,syncfs,rename,renameat,renameat2"
-    subprocess.run(
-        ["strace", "-f", "-qq", "-o", str(log), "-e", calls, sys.executable, "-c", code, src, hub],
-        check=True, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, timeout=scaled(60),
-    )  # fmt: skip
-    events = strace_events(log)
+    events = traced_copy_all(tmp_path / "strace.log", src, hub, TRACED)
     syncs = [i for i, (n, _p) in enumerate(events) if n == "syncfs"]
     writes = [i for i, (n, p) in enumerate(events) if n == "write" and "/hub/c1.p.5." in p and "/jnl/" in p]
     commits = [i for i, (n, p) in enumerate(events) if n == "rename" and p.endswith("/ofs/hub.ofs")]
@@ -527,18 +534,7 @@ def test_a_pass_copies_many_journals_of_several_segments_in_layers_each_segment_
     needs_syncfs(tmp_path)
     src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
     layers = layered_root(src)
-    log = tmp_path / "strace.log"
-    code = (  # one copy thread: no interleaved strace lines
-        "import sys; from sej.hub import LocalSource, copy_all\n"
-        "out = copy_all(lambda: LocalSource(sys.argv[1]), sys.argv[2], 'c1', 'hub', workers=1)\n"
-        "assert all(o.error is None for o in out), out\n"
-    )
-    calls = "trace=openat,write,fsync,fdatasync,syncfs,rename,renameat,renameat2"
-    subprocess.run(
-        ["strace", "-f", "-qq", "-o", str(log), "-e", calls, sys.executable, "-c", code, src, hub],
-        check=True, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, timeout=scaled(60),
-    )  # fmt: skip
-    events = strace_events(log)
+    events = traced_copy_all(tmp_path / "strace.log", src, hub, TRACED)
     syncs = [i for i, (n, _p) in enumerate(events) if n == "syncfs"]
     assert len(syncs) == layers, (len(syncs), layers)
     per_file = [p for n, p in events if n in ("fsync", "fdatasync") and "/hub/" in p]
@@ -573,18 +569,7 @@ def test_a_hub_root_on_a_file_system_without_trusted_syncfs_errors_gets_an_fsync
         finally:
             os.close(fd)
         layered_root(src)
-        log = tmp_path / "strace.log"
-        code = (
-            "import sys; from sej.hub import LocalSource, copy_all\n"
-            "out = copy_all(lambda: LocalSource(sys.argv[1]), sys.argv[2], 'c1', 'hub', workers=1)\n"
-            "assert all(o.error is None for o in out), out\n"
-        )
-        subprocess.run(
-            ["strace", "-f", "-qq", "-o", str(log), "-e", "trace=openat,write,fsync,fdatasync,syncfs",
-             sys.executable, "-c", code, src, hub],
-            check=True, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, timeout=scaled(60),
-        )  # fmt: skip
-        events = strace_events(log)
+        events = traced_copy_all(tmp_path / "strace.log", src, hub, "trace=openat,write,fsync,fdatasync,syncfs")
         assert not [e for e in events if e[0] == "syncfs"]
         fsynced = {p for n, p in events if n in ("fsync", "fdatasync") and p.startswith(hub) and p.endswith(".jnl")}
         written = {p for n, p in events if n == "write" and p.startswith(hub) and p.endswith(".jnl")}
