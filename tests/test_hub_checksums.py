@@ -192,7 +192,8 @@ def test_a_pass_checks_against_checksum_files_read_ahead_over_a_real_sshd(tmp_pa
         one_by_one: list[str] = []  # checksum files read by a copy itself, a round trip each
         real = SftpSource.read_sums
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(SftpSource, "read_sums", lambda self, j, name: one_by_one.append(name) or real(self, j, name))
+            mp.setattr(SftpSource, "read_sums",
+                       lambda self, j, name, skip=0: one_by_one.append(name) or real(self, j, name, skip))  # fmt: skip
             outcomes = {o.journal: o for o in copy_all(make, str(hub), "c1", "hub", workers=4)}
         assert all(o.error is None for o in outcomes.values()), outcomes
         assert one_by_one == [], "checksum files read one by one instead of ahead"
@@ -200,3 +201,128 @@ def test_a_pass_checks_against_checksum_files_read_ahead_over_a_real_sshd(tmp_pa
         assert sej.next_offset(str(hub / "c1.ev")) == sej.next_offset(str(root / "ev"))
     finally:
         client.close()
+
+
+# -- a pass reads the producer's checksum file from where the last one stopped (sej.hub.copy.SumsMark) --
+
+
+class SumsReads(LocalSource):
+    """A LocalSource that records each read of a checksum file: (skip, bytes returned)."""
+
+    def __init__(self, root: str, reads: list[tuple[int, int | None]]) -> None:
+        super().__init__(root)
+        self.reads = reads
+
+    def read_sums(self, journal: str, name: str, skip: int = 0) -> bytes | None:
+        got = super().read_sums(journal, name, skip)
+        self.reads.append((skip, None if got is None else len(got)))
+        return got
+
+
+def one_message_per_flush(w: sej.Writer, n: int, tag: str) -> None:
+    for i in range(n):
+        w.append(f"{tag}-{i}".encode())
+        w.flush()  # a checksum record each
+
+
+def test_a_pass_reads_only_what_follows_its_last_read_of_a_checksum_file(tmp_path: Path) -> None:
+    """A writer flushing each message adds a record per message; a pass over a few new messages reads the
+    header and the records after the last pass's, whatever the file's length (the cache file between passes
+    carries the mark, as between `sej copy` runs)."""
+    from sej.hub import CopyState, copy_all
+
+    root, hub, path = tmp_path / "producer", str(tmp_path / "hub"), str(tmp_path / "state.json")
+    reads: list[tuple[int, int | None]] = []
+    d = root / "ev"
+    with sej.Writer(str(d)) as w:
+        one_message_per_flush(w, 3000, "a")
+        sums = Path(sum_path(str(d), 0))
+        (o,) = copy_all(lambda: SumsReads(str(root), reads), hub, "c1", "hub", state=CopyState(path))
+        assert o.error is None and o.result is not None and o.result.sums is not None
+        assert reads == [(0, sums.stat().st_size)] and sums.stat().st_size >= 16 + 3000 * 16
+        for r in range(6):
+            reads.clear()
+            one_message_per_flush(w, 7, f"r{r}")
+            (o,) = copy_all(lambda: SumsReads(str(root), reads), hub, "c1", "hub", state=CopyState.load(path))
+            assert o.error is None and o.result is not None and o.result.messages == 7, o
+            # The header, the anchor record and the 7 new ones: not the 3,000 before them.
+            assert [(skip > 16, n) for skip, n in reads] == [(True, 16 + 16 + 7 * 16)], reads
+    hub_dir = os.path.join(hub, "c1.ev")
+    assert Path(list_segments(str(d))[0].path).read_bytes() == Path(list_segments(hub_dir)[0].path).read_bytes()
+    fully_checked(hub_dir)
+
+
+def test_a_mark_whose_anchor_changed_or_that_the_hub_no_longer_reaches_reads_the_whole_file(tmp_path: Path) -> None:
+    """The mark is a cache, checked before use: the producer's file no longer holding the anchor record, or the
+    hub's copy cut back below it (a torn tail recovery cut aside), reads the file whole, as without a mark."""
+    from sej.hub import CopyState, copy_all
+
+    root, hub = tmp_path / "producer", str(tmp_path / "hub")
+    d = root / "ev"
+    reads: list[tuple[int, int | None]] = []
+    state = CopyState()
+
+    def copy_pass() -> object:
+        (o,) = copy_all(lambda: SumsReads(str(root), reads), hub, "c1", "hub", state=state)
+        return o
+
+    with sej.Writer(str(d)) as w:
+        one_message_per_flush(w, 500, "a")
+        copy_pass()
+        # The hub's copy cut back: its last segment loses part of its last frame (a torn tail).
+        seg = Path(list_segments(os.path.join(hub, "c1.ev"))[0].path)
+        with open(seg, "r+b") as f:
+            f.truncate(seg.stat().st_size - 3)
+        one_message_per_flush(w, 5, "b")
+        reads.clear()
+        o = copy_pass()
+        assert o.error is None and o.result is not None and o.result.messages == 6, o  # the cut one, again
+        assert [skip for skip, _n in reads] == [0], reads
+        prefix_of(os.path.join(hub, "c1.ev"), str(d))
+        # The producer's checksum file changed where the mark's anchor is: read whole, and checked as ever.
+        mark = state.sums["ev"]
+        sums = Path(sum_path(str(d), 0))
+        raw = bytearray(sums.read_bytes())
+        raw[mark.offset - 1] ^= 1  # the anchor's digest
+        sums.write_bytes(bytes(raw))
+        one_message_per_flush(w, 5, "c")
+        reads.clear()
+        o = copy_pass()
+    assert [skip > 16 for skip, _n in reads] == [True, False], reads  # the anchor is not there: read whole
+    assert isinstance(o.error, CopyError) and "checksum mismatch" in str(o.error), o  # type: ignore[attr-defined]
+    prefix_of(os.path.join(hub, "c1.ev"), str(d))
+
+
+def test_a_checksum_file_read_from_a_mark_over_a_real_sshd(tmp_path: Path, sshd) -> None:  # type: ignore[no-untyped-def]
+    """SftpSource.read_sums with `skip`: the header and the bytes from `skip` on, in one round of requests;
+    past the end, the header alone; and a pass after a pass copies exactly, over SFTP."""
+    from sej.hub import CopyState, copy_all
+    from sej.hub.ssh import sftp_sources
+
+    root, hub = tmp_path / "producer", str(tmp_path / "hub")
+    d = root / "ev"
+    client = connect_to(sshd)
+    state = CopyState()
+    try:
+        make = sftp_sources(client, str(root), "test")
+        with sej.Writer(str(d)) as w:
+            one_message_per_flush(w, 20000, "a")  # a checksum file of 320 KB: more than one SFTP read
+            raw = Path(sum_path(str(d), 0)).read_bytes()
+            src = make()
+            try:
+                for skip in (0, 16, 32, 48 + 16 * 1000, len(raw) - 16, len(raw), len(raw) + 160):
+                    want = raw if skip <= 16 else raw[:16] + raw[skip:]
+                    assert src.read_sums("ev", list_segments(str(d))[0].path.rsplit("/", 1)[1], skip) == want, skip
+            finally:
+                src.close()
+            copy_all(make, hub, "c1", "hub", state=state)
+            for r in range(3):
+                one_message_per_flush(w, 11, f"r{r}")
+                (o,) = copy_all(make, hub, "c1", "hub", state=state)
+                assert o.error is None and o.result is not None and o.result.messages == 11, o
+                assert o.result.sums is not None and o.result.sums.end == o.result.size
+    finally:
+        client.close()
+    hub_dir = os.path.join(hub, "c1.ev")
+    assert Path(list_segments(str(d))[0].path).read_bytes() == Path(list_segments(hub_dir)[0].path).read_bytes()
+    fully_checked(hub_dir)

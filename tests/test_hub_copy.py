@@ -907,7 +907,7 @@ def test_passes_that_remember_copy_every_change_between_them(rounds: Rounds, seg
 
 
 STATE_DAMAGE = ["none", "none", "missing", "garbage", "truncated", "old version", "bad entries", "stale", "symlink",
-                "other hub sizes"]  # fmt: skip
+                "other hub sizes", "marks moved", "marks past the hub", "bad marks"]  # fmt: skip
 
 
 @settings(max_examples=30, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
@@ -943,6 +943,17 @@ def damage_state(path: str, how: str, older: bytes | None) -> None:
         raw = json.loads(Path(path).read_text())
         for entry in raw["journals"].values():
             entry[1] += 1
+        Path(path).write_text(json.dumps(raw))
+    elif how.startswith("marks") or how == "bad marks":  # where the checksum files were read to (SumsMark)
+        raw = json.loads(Path(path).read_text())
+        marks = [e[4] for e in raw["journals"].values() if len(e) == 5]  # none when nothing was copied
+        for k, m in enumerate(marks):
+            if how == "marks moved":  # a record boundary, another record: its anchor does not match
+                m[0] += 16 if k % 2 or m[0] < 48 else -16
+            elif how == "marks past the hub":
+                m[1] += 1 << 20
+            else:
+                m[:] = [[7, m[1], m[2]], [m[0], -1, m[2]], [m[0], m[1], 1 << 64], "x"][k % 4]
         Path(path).write_text(json.dumps(raw))
 
 

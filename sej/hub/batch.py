@@ -32,11 +32,13 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
+from ..checksum import HEADER as SUM_HEADER
+from ..checksum import RECORD
 from ..errors import InvalidArgumentError, UnsafeFileError
 from ..fsutil import HAVE_SYNCFS, atomic_write, read_regular
 from ..layout import check_reader_name, list_segments, parse_segment_name, segment_dir, segment_name
 from . import copy as hub_copy
-from .copy import CHECK_WINDOW, CopyResult, Destinations, SyncBatch, copy_journal, open_journals
+from .copy import CHECK_WINDOW, CopyResult, Destinations, SumsMark, SyncBatch, copy_journal, open_journals
 from .names import check_client_id, check_journal_name, destination_name
 from .source import Call, Source, SourceSegment
 
@@ -120,7 +122,8 @@ class CopyState:
     """What a client's passes remember between passes, so an unchanged journal costs two lstats.
 
     `tails`: each journal's Tail after the last pass (trusted only while the hub's segment
-    file still has that size); `committed`: the hub offset known to be on the source.
+    file still has that size); `committed`: the hub offset known to be on the source; `sums`:
+    how far the producer's checksum file of that segment was read (a SumsMark, checked before use).
 
     It is a cache, kept in `path` (`state_file`) when given: `load` ignores a missing,
     unreadable or malformed file and any malformed entry, and `save` writes it only after a
@@ -133,6 +136,7 @@ class CopyState:
         self.path = path
         self.tails: dict[str, Tail] = {}
         self.committed: dict[str, int] = {}
+        self.sums: dict[str, SumsMark] = {}
         self.changed = False
 
     @classmethod
@@ -149,7 +153,7 @@ class CopyState:
         for journal, entry in (entries if isinstance(entries, dict) else {}).items():
             try:
                 check_journal_name(journal)
-                seg, size, next_offset, committed = entry
+                seg, size, next_offset, committed, *more = entry
                 if (parse_segment_name(seg) is None or not all(type(v) is int and v >= 0 for v in (size, next_offset))
                         or not (committed is None or (type(committed) is int and committed >= 0))):  # fmt: skip
                     continue
@@ -158,13 +162,17 @@ class CopyState:
             state.tails[journal] = Tail(seg, size, next_offset)
             if committed is not None:
                 state.committed[journal] = committed
+            mark = _load_mark(seg, more[0] if len(more) == 1 else None)
+            if mark is not None:
+                state.sums[journal] = mark
         return state
 
     def save(self) -> None:
         """Write the state to `path` if it changed since loaded or saved; an error is only logged."""
         if self.path is None or not self.changed:
             return
-        entries = {j: [t.segment, t.size, t.next_offset, self.committed.get(j)] for j, t in self.tails.items()}
+        entries = {j: [t.segment, t.size, t.next_offset, self.committed.get(j), *_saved_mark(t, self.sums.get(j))]
+                   for j, t in self.tails.items()}  # fmt: skip
         data = json.dumps({"version": STATE_VERSION, "journals": entries}, separators=(",", ":")).encode()
         try:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
@@ -195,12 +203,25 @@ class CopyState:
         if self.tails.get(result.journal) != t:
             self.tails[result.journal] = t
             self.changed = True
+        mark = result.sums if result.sums is not None else self.sums.get(result.journal)
+        if mark is not None and mark.segment != result.segment:
+            mark = None  # of a segment the hub has finished
+        if self.sums.get(result.journal) != mark:
+            if mark is None:
+                del self.sums[result.journal]
+            else:
+                self.sums[result.journal] = mark
+            self.changed = True
+
+    def mark(self, journal: str) -> SumsMark | None:
+        return self.sums.get(journal)
 
     def keep_only(self, journals: set[str]) -> None:
         """Forget the journals a pass no longer found on the source."""
-        for gone in (self.tails.keys() | self.committed.keys()) - journals:
+        for gone in (self.tails.keys() | self.committed.keys() | self.sums.keys()) - journals:
             self.tails.pop(gone, None)
             self.committed.pop(gone, None)
+            self.sums.pop(gone, None)
             self.changed = True
 
     def remember_committed(self, journal: str, value: int | None) -> None:
@@ -210,6 +231,20 @@ class CopyState:
             else:
                 self.committed[journal] = value
             self.changed = True
+
+
+def _load_mark(segment: str, raw: Any) -> SumsMark | None:
+    """A SumsMark from a state file's entry ([offset, end, digest]); None when malformed."""
+    if not (isinstance(raw, list) and len(raw) == 3 and all(type(v) is int and v >= 0 for v in raw)):
+        return None
+    offset, end, digest = raw
+    if offset < SUM_HEADER.size + RECORD.size or (offset - SUM_HEADER.size) % RECORD.size or digest >= 1 << 64:
+        return None
+    return SumsMark(segment, offset, end, digest)
+
+
+def _saved_mark(tail: Tail, mark: SumsMark | None) -> list[list[int]]:
+    return [[mark.offset, mark.end, mark.digest]] if mark is not None and mark.segment == tail.segment else []
 
 
 class Prefetched:
@@ -227,13 +262,15 @@ class Prefetched:
         segments: list[SourceSegment] | None,
         data: dict[str, tuple[int, bytes, bool]],
         committed: int | None,
-        sums: dict[str, bytes | None] | None = None,
+        sums: dict[str, tuple[int, bytes | None]] | None = None,
+        mark: SumsMark | None = None,
     ) -> None:
         self.source = source
         self._segments = segments
         self._data = data  # segment name -> (start, bytes, they reach the end of the file as listed)
         self._committed = committed
-        self._sums = sums or {}  # segment name -> its checksum file (None: it has none), read ahead
+        self._sums = sums or {}  # segment name -> (skip, its checksum file read so; None: it has none), read ahead
+        self._mark = mark
         self.commit: int | None = None
 
     def journals(self) -> list[str]:
@@ -258,10 +295,16 @@ class Prefetched:
                 return data[pos - start : pos - start + size]
         return self.source.read(journal, name, pos, size)
 
-    def read_sums(self, journal: str, name: str) -> bytes | None:
-        if name in self._sums:
-            return self._sums.pop(name)  # once: a second look (a later pass of copy_journal) reads it afresh
-        return self.source.read_sums(journal, name)
+    def read_sums(self, journal: str, name: str, skip: int = 0) -> bytes | None:
+        got = self._sums.get(name)
+        if got is not None and got[0] == skip:
+            del self._sums[name]  # once: a second look (a later pass of copy_journal) reads it afresh
+            return got[1]
+        return self.source.read_sums(journal, name, skip)
+
+    def sums_mark(self, journal: str, name: str) -> SumsMark | None:
+        """How far the last pass read the checksum file of segment `name` (see sej.hub.copy.SumsMark)."""
+        return self._mark if self._mark is not None and self._mark.segment == name else None
 
     def read_offset(self, journal: str, reader: str) -> int | None:
         return self._committed
@@ -304,13 +347,15 @@ class _Phases:
 class _Plan:
     """One journal's work in a pass."""
 
-    def __init__(self, journal: str, dest_dir: str, tail: Tail | None, committed: int | None) -> None:
+    def __init__(self, journal: str, dest_dir: str, tail: Tail | None, committed: int | None,
+                 mark: SumsMark | None = None) -> None:  # fmt: skip
         self.journal, self.dest_dir, self.tail = journal, dest_dir, tail
         self.committed = committed
+        self.mark = mark  # how far the last pass read the checksum file of the hub's last segment
         self.segments: list[SourceSegment] | None = None  # the source's, as listed (or probed)
         self.reads: list[tuple[str, int, int, bool]] = []  # (segment, start, size, to the end as listed)
         self.data: dict[str, tuple[int, bytes, bool]] = {}
-        self.sums: dict[str, bytes | None] = {}  # the producer's checksum files of the segments read ahead
+        self.sums: dict[str, tuple[int, bytes | None]] = {}  # the producer's checksum files read ahead (skip, bytes)
         self.grown = False  # probed: only its hub's last segment grew, so it was not listed
         self.big = False  # more to copy than PREFETCH_PER_JOURNAL: copy_journal reads it itself
         self.hub_tail: tuple[str, int] | None = None  # the hub's last segment (name, size) before the copy
@@ -407,7 +452,7 @@ def copy_all(
                 log.error("%s", e, extra={"client": client_id, "journal": j})
                 outcomes[j] = JournalOutcome(j, None, e)
                 continue
-            plans.append(_Plan(j, d, state.tail(j, d), state.committed.get(j)))
+            plans.append(_Plan(j, d, state.tail(j, d), state.committed.get(j), state.mark(j)))
         # Over SFTP, reads and commits go over the workers' channels; a local source's calls stay in this
         # thread (a daemon thread in sej-hub): one stuck in the kernel must not hold up the process's exit,
         # as a pool thread would.
@@ -424,7 +469,7 @@ def copy_all(
               ThreadPoolExecutor(max_workers=max(1, min(workers, COPY_THREADS))) as local_pool):  # fmt: skip
 
             def one(p: _Plan, synced: SyncBatch | None) -> tuple[_Plan, JournalOutcome, Prefetched]:
-                src = Prefetched(own_source(), p.segments, p.data, p.committed, p.sums)
+                src = Prefetched(own_source(), p.segments, p.data, p.committed, p.sums, p.mark)
                 try:
                     result = copy_journal(src, p.journal, dest_root, client_id, reader, stop, on_bytes,
                                           destinations=destinations, batch=synced)  # fmt: skip
@@ -537,7 +582,7 @@ def _rolled_over(lister: Source, grown: list[_Plan], state: CopyState) -> list[_
     out = []
     for p, t, got in zip(grown, tails, lister.many(calls) if calls else [], strict=True):
         if got is not None and segment_name(t.next_offset) != t.segment:
-            out.append(_Plan(p.journal, p.dest_dir, t, state.committed.get(p.journal)))
+            out.append(_Plan(p.journal, p.dest_dir, t, state.committed.get(p.journal), state.mark(p.journal)))
     return out
 
 
@@ -615,23 +660,26 @@ def _read(many: Callable[[list[Call]], list[Any]], batch: list[_Plan]) -> None:
     reads: list[Call] = []
     wanted: list[tuple[_Plan, str, int, int, bool]] = []
     sums: list[Call] = []
-    sums_of: list[tuple[_Plan, str]] = []
+    sums_of: list[tuple[_Plan, str, int]] = []
     for p in batch:
         have_name, have_size = p.hub_tail or ("", 0)
         for name, start, size, to_end in p.reads:
             reads.append(("read", p.journal, name, start, size))
             wanted.append((p, name, start, size, to_end))
             if hub_copy.VERIFY and start + size > (have_size if name == have_name else 0):  # bytes to copy: checked
-                sums.append(("read_sums", p.journal, name))
-                sums_of.append((p, name))
+                # From the last pass's mark on, as copy_journal will ask (it checks the mark's anchor).
+                m = p.mark
+                skip = m.offset - RECORD.size if m is not None and m.segment == name and m.end <= have_size else 0
+                sums.append(("read_sums", p.journal, name, skip))
+                sums_of.append((p, name, skip))
     got_all = many(reads + sums) if reads else []
     for (p, name, start, size, to_end), got in zip(wanted, got_all[: len(reads)], strict=True):
         if isinstance(got, bytes):
             # Fewer bytes than asked: not the end of the file as listed (it shrank, or a short read).
             p.data[name] = (start, got, to_end and len(got) == size)
-    for (p, name), got in zip(sums_of, got_all[len(reads) :], strict=True):
+    for (p, name, skip), got in zip(sums_of, got_all[len(reads) :], strict=True):
         if got is None or isinstance(got, bytes):  # an error: copy_journal asks again, and reports it
-            p.sums[name] = got
+            p.sums[name] = (skip, got)
 
 
 def _spread(pool: ThreadPoolExecutor, own_source: Callable[[], Source], calls: list[Call], ways: int) -> list[Any]:

@@ -10,6 +10,7 @@ copy's recovery cuts a torn destination tail aside and resumes.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import os
 import threading
@@ -19,7 +20,7 @@ from typing import NamedTuple
 
 from .. import index as idx
 from ..appender import SegmentAppender
-from ..checksum import BLOCK, RECORD, Verifier, check_header, parse_records
+from ..checksum import BLOCK, RECORD, Sum, Verifier, check_header, parse_records
 from ..checksum import HEADER as SUM_HEADER
 from ..errors import SejError
 from ..frames import HEADER, I32, NO_TIMESTAMP, frame_total, walk_frames
@@ -58,6 +59,23 @@ class CopyResult(NamedTuple):
     segment: str = ""  # the destination's last segment (its file name) now, "" before the first
     size: int = 0  # its size
     more: bool = False  # a SyncBatch's copy stopped before the next segment: copy again after the batch's sync
+    sums: SumsMark | None = None  # how far the producer's checksum file of `segment` was read: the next copy reads on
+
+
+class SumsMark(NamedTuple):
+    """How far a copy read the producer's checksum file of a segment, so that the next copy reads only what follows.
+
+    A writer flushing one message at a time adds a 16-byte record per message: read whole on every pass,
+    the file of a filling 1 GiB segment made each pass cost time in its number of messages. `offset`: the
+    file position after the anchor, the last record read that ends within the hub's copy (`end`, `digest`).
+    The next read takes the header and the file from the anchor on, and is used only if the anchor is still
+    there, byte for byte, and the hub's copy still reaches `end`; else the whole file is read (as before).
+    """
+
+    segment: str  # the segment's file name
+    offset: int
+    end: int
+    digest: int
 
 
 class _Destination:
@@ -75,6 +93,7 @@ class _Destination:
         self.written = 0  # of those, the bytes this copy wrote since its last sync (a failed sync cuts them)
         self.sums_unsynced = False  # the checksums' bytes may not be durable (an fsync of the segment leaves them)
         self.names_unsynced = False  # a segment was created without the fsyncs of its directories (SyncBatch)
+        self.sums_mark: SumsMark | None = None  # of the last segment, set by the copy that read its checksums
         try:
             listed = list_segments(dir)
             if listed:
@@ -125,6 +144,7 @@ class _Destination:
             if previous is not None:
                 previous.close()
         self.sums_unsynced = self.names_unsynced = not durable
+        self.sums_mark = None
         self.next = first
         self.max_ts = NO_TIMESTAMP
 
@@ -230,6 +250,10 @@ class _Destination:
             unlock_file(self.lock)
 
 
+class StaleMark(Exception):
+    """A SumsMark's anchor is not in the checksum file (it was rewritten, or is shorter): read it whole."""
+
+
 class _SumCheck:
     """The producer's checksums of one segment, checking the bytes the hub is about to write (end to end).
 
@@ -238,16 +262,34 @@ class _SumCheck:
     """
 
     def __init__(
-        self, raw: bytes, seg: SourceSegment, dest: _Destination, last: bool, fail: Callable[[str], CopyError]
+        self,
+        raw: bytes,
+        seg: SourceSegment,
+        dest: _Destination,
+        last: bool,
+        fail: Callable[[str], CopyError],
+        mark: SumsMark | None = None,
     ):
+        """`raw`: the checksum file; with `mark`, its header and then the file from the mark's anchor on
+        (`source.read_sums(..., skip=mark.offset - RECORD.size)`): a StaleMark when the anchor is not there."""
         self.fail = fail
         problem = check_header(raw, seg.first_offset)
         if problem is not None:
             raise fail(f"invalid checksum file: {problem}")
         body = memoryview(raw)[SUM_HEADER.size :]
-        records, problem = parse_records(body[: len(body) - len(body) % RECORD.size], 0)
+        body = body[: len(body) - len(body) % RECORD.size]
+        if mark is None:
+            self.base, prev, anchor = SUM_HEADER.size, 0, []
+        else:
+            if body[: RECORD.size] != RECORD.pack(mark.end, mark.digest):
+                raise StaleMark
+            self.base, prev, anchor = mark.offset - RECORD.size, mark.end, [Sum(mark.end, mark.digest)]
+            body = body[RECORD.size :]
+        records, problem = parse_records(body, prev)
         if problem is not None:
             raise fail(f"invalid checksum file: {problem}")
+        records = anchor + records
+        self.segment, self.records = seg.name, records  # records[k] ends the file's bytes at base + 16 (k + 1)
         pos = dest.size
         sums = dest.seg.sums if dest.seg is not None else None
         if sums is not None and sums.hasher.pos == pos:
@@ -275,6 +317,14 @@ class _SumCheck:
             m = v.feed(memoryview(data)[lo:hi])
             if m is not None:
                 raise self.fail(f"checksum mismatch in bytes {m.start}..{m.end}")
+
+    def mark(self, size: int) -> SumsMark | None:
+        """The mark of the last record read that ends within the hub's `size` bytes (None: none does)."""
+        k = bisect.bisect_right(self.records, size, key=lambda r: r.end)
+        if k == 0:
+            return None
+        r = self.records[k - 1]
+        return SumsMark(self.segment, self.base + RECORD.size * k, r.end, r.digest)
 
     def at_end(self, size: int | None) -> None:
         """The source segment now has `size` bytes: checksums past that are corrupt (the producer writes
@@ -521,7 +571,7 @@ def _copy_into(
     copied = copied_bytes = 0
     src = source.segments(journal)
     if not src:
-        return CopyResult(journal, dest_dir, 0, 0, dest.next or 0, dest.name, dest.size)
+        return CopyResult(journal, dest_dir, 0, 0, dest.next or 0, dest.name, dest.size, sums=dest.sums_mark)
     i = _resume_point(source, journal, src, dest, where)
     if dest.next is None:
         dest.next = src[0].first_offset  # a new copy starts where the source's retention starts
@@ -559,7 +609,7 @@ def _copy_into(
     # Commit only a change: a hub polling every second must not rewrite every producer's file.
     if copied or source.read_offset(journal, reader) != dest.next:
         source.commit_offset(journal, reader, dest.next)
-    return CopyResult(journal, dest_dir, copied, copied_bytes, dest.next, dest.name, dest.size, more)
+    return CopyResult(journal, dest_dir, copied, copied_bytes, dest.next, dest.name, dest.size, more, dest.sums_mark)
 
 
 def _resume_point(source: Source, journal: str, src: list[SourceSegment], dest: _Destination, where: str) -> int:
@@ -611,20 +661,47 @@ def _copy_segment(
     `last` segment only bytes covered by checksums are copied. A segment without a checksum file
     (written by Go, or before checksums) is copied unchecked.
     """
+    sums: _SumCheck | None = None
+    if VERIFY and seg.size > dest.size:
+
+        def fail(what: str) -> CopyError:
+            return CopyError(f"{where}: {source.describe(journal, seg.name)}: {what}; copying stopped before it")
+
+        # Read before the bytes (the producer records them after writing); from the last copy's mark on, if
+        # the hub's copy still reaches its anchor (recovery may have cut it back).
+        mark = dest.sums_mark or getattr(source, "sums_mark", lambda j, n: None)(journal, seg.name)
+        if mark is not None and mark.segment == seg.name and mark.end <= dest.size:
+            raw = source.read_sums(journal, seg.name, mark.offset - RECORD.size)
+            try:
+                sums = _SumCheck(raw, seg, dest, last, fail, mark) if raw is not None else None
+            except StaleMark:
+                sums = None
+        if sums is None:
+            raw = source.read_sums(journal, seg.name)
+            sums = _SumCheck(raw, seg, dest, last, fail) if raw is not None else None
+    try:
+        return _copy_segment_checked(source, journal, seg, dest, where, stop, on_bytes, chunk, sums)
+    finally:
+        if sums is not None:
+            dest.sums_mark = sums.mark(dest.size) or dest.sums_mark
+
+
+def _copy_segment_checked(
+    source: Source,
+    journal: str,
+    seg: SourceSegment,
+    dest: _Destination,
+    where: str,
+    stop: threading.Event | None,
+    on_bytes: Callable[[int], None] | None,
+    chunk: int,
+    sums: _SumCheck | None,
+) -> tuple[int, int, bool]:
     assert dest.next is not None and dest.index is not None
     index = dest.index.index
     next_entry = next_entry_after(index)
     messages = copied = 0
     want = chunk
-    sums: _SumCheck | None = None
-    if VERIFY and seg.size > dest.size:
-        raw = source.read_sums(journal, seg.name)  # before the bytes: the producer records them after writing
-        if raw is not None:
-
-            def fail(what: str) -> CopyError:
-                return CopyError(f"{where}: {source.describe(journal, seg.name)}: {what}; copying stopped before it")
-
-            sums = _SumCheck(raw, seg, dest, last, fail)
     while stop is None or not stop.is_set():
         pos = dest.size
         ask = want if sums is None or sums.limit is None else min(want, sums.limit - pos)

@@ -245,9 +245,9 @@ class _Watched:
         with self.client.call():
             return self.src.read(journal, name, pos, size)
 
-    def read_sums(self, journal: str, name: str) -> bytes | None:
+    def read_sums(self, journal: str, name: str, skip: int = 0) -> bytes | None:
         with self.client.call():
-            return self.src.read_sums(journal, name)
+            return self.src.read_sums(journal, name, skip)
 
     def many(self, calls: list[Call]) -> list[Any]:
         with self.client.call():

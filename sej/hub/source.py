@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
+from ..checksum import HEADER as SUM_HEADER
 from ..errors import CorruptionError, InvalidArgumentError, SejError, UnsafeFileError
 from ..fsutil import kind, open_dir, open_regular, temp_name
 from ..layout import (
@@ -59,6 +60,12 @@ READ_RANGE = 255 << 10
 
 MAX_SUMS = 1 << 30
 """Largest checksum file read (a 1 GiB segment written one message per flush has 16 bytes per message)."""
+
+
+def sums_skip(skip: int) -> tuple[int, int]:
+    """(bytes of header, position of the rest) to read of a checksum file for `read_sums(..., skip)`."""
+    return (SUM_HEADER.size, skip) if skip > SUM_HEADER.size else (0, 0)
+
 
 MAX_LISTED = 10_000_000
 """The most entries a journal's jnl/ listing may have over SFTP: a reply loop must end."""
@@ -110,8 +117,11 @@ class Source(Protocol):
 
     def read(self, journal: str, name: str, pos: int, size: int) -> bytes: ...
 
-    def read_sums(self, journal: str, name: str) -> bytes | None:
-        """The checksum file of a segment (sej.checksum); None when it has none (an unchecked segment)."""
+    def read_sums(self, journal: str, name: str, skip: int = 0) -> bytes | None:
+        """The checksum file of a segment (sej.checksum); None when it has none (an unchecked segment).
+
+        `skip` past the header: the header, then only the file's bytes from `skip` on (what a later
+        copy reads, see sej.hub.copy.SumsMark)."""
         ...
 
     def read_offset(self, journal: str, reader: str) -> int | None: ...
@@ -279,7 +289,7 @@ class LocalSource:
         finally:
             os.close(fd)
 
-    def read_sums(self, journal: str, name: str) -> bytes | None:
+    def read_sums(self, journal: str, name: str, skip: int = 0) -> bytes | None:
         sums = sum_name(parse_segment_name(segment_name(check_segment_name(name))) or 0)
         try:
             with self._dir(journal, INDEX_DIR) as d:
@@ -287,7 +297,8 @@ class LocalSource:
         except FileNotFoundError:
             return None
         try:
-            parts, got = [], 0
+            head, got = sums_skip(skip)
+            parts = [os.pread(fd, head, 0)] if head else []
             while got < MAX_SUMS:
                 part = os.pread(fd, min(1 << 20, MAX_SUMS - got), got)
                 if not part:
@@ -463,15 +474,15 @@ class SftpSource:
         except self._errors as e:
             raise SourceError(f"{self.label}:{path}: {e}") from None
 
-    def read_sums(self, journal: str, name: str) -> bytes | None:
+    def read_sums(self, journal: str, name: str, skip: int = 0) -> bytes | None:
         path = self._sums_path(journal, name)
-        return self._call(self._read_sums(journal, name), path)
+        return self._call(self._read_sums(journal, name, skip), path)
 
     def _sums_path(self, journal: str, name: str) -> str:
         first = parse_segment_name(segment_name(check_segment_name(name))) or 0
         return self._path(journal, INDEX_DIR, sum_name(first))
 
-    def _read_sums(self, journal: str, name: str) -> Op[bytes | None]:
+    def _read_sums(self, journal: str, name: str, skip: int = 0) -> Op[bytes | None]:
         from paramiko.sftp import SFTP_FLAG_READ
 
         path = self._sums_path(journal, name)
@@ -479,9 +490,10 @@ class SftpSource:
         if attrs is None:
             return None
         self._is(path, attrs, stat.S_ISREG, "a regular file")  # never open a FIFO: it would hang the server
+        head, pos = sums_skip(skip)
         end = min(attrs.st_size or 0, MAX_SUMS)
         handle = yield from self._open(path, SFTP_FLAG_READ)
-        return (yield from self._closing(handle, self._read_open(path, handle, 0, end)))
+        return (yield from self._closing(handle, self._read_open(path, handle, pos, max(pos, end), head)))
 
     def read_offset(self, journal: str, reader: str) -> int | None:
         path = self._path(journal, OFFSET_DIR, offset_file_name(reader))
@@ -633,18 +645,26 @@ class SftpSource:
         handle = yield from self._open(path, SFTP_FLAG_READ)
         return (yield from self._closing(handle, self._read_open(path, handle, pos, end)))
 
-    def _read_open(self, path: str, handle: bytes, pos: int, end: int) -> Op[bytes]:
-        """Bytes [pos, end) of an open file, checked to be a regular file (fstat) with the same reads."""
+    def _read_open(self, path: str, handle: bytes, pos: int, end: int, head: int = 0) -> Op[bytes]:
+        """Bytes [pos, end) of an open file, checked to be a regular file (fstat) with the same reads;
+        with `head`, after the file's first `head` bytes (read in the same round)."""
         from paramiko import SFTPAttributes
         from paramiko.sftp import CMD_ATTRS, CMD_DATA, CMD_FSTAT, CMD_READ, int64
 
         # fstat and the reads go together; OpenSSH serves a read of up to 256 KiB less a header.
         ranges = [(p, min(READ_RANGE, end - p)) for p in range(pos, end, READ_RANGE)]
-        replies = yield [(CMD_FSTAT, handle), *((CMD_READ, handle, int64(p), n) for p, n in ranges)]
+        first = [(CMD_READ, handle, int64(0), head)] if head else []
+        replies = yield [(CMD_FSTAT, handle), *first, *((CMD_READ, handle, int64(p), n) for p, n in ranges)]
         opened = SFTPAttributes._from_msg(expect(replies[0], CMD_ATTRS))
         if not stat.S_ISREG(opened.st_mode or 0):
             raise UnsafeFileError(f"{self.label}:{path}", kind(opened.st_mode or 0))
         chunks = []
+        if head:
+            try:
+                chunks.append(expect(replies[1], CMD_DATA).get_string()[:head])
+            except EOFError:  # an empty file
+                pass
+            replies = replies[1:]
         for (_p, n), reply in zip(ranges, replies[1:], strict=True):
             try:
                 data = expect(reply, CMD_DATA).get_string()
