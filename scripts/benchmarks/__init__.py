@@ -21,4 +21,5 @@ One module per subject, each measuring sej against a baseline:
 - `spark`: 12, `spark.read.format("sej")` against `spark.read.parquet`.
 - `spark_scale`: 13, Spark over a hub root of many small journals, against Parquet.
 - `hub_scale`: 14, `sej copy` passes over 10 to 1,000 journals against rsync; `sej-hub`'s latency at those sizes.
+- `hub_sums`: 18, a hub pass over a journal that flushes every message, against reading its checksum file whole.
 """

@@ -21,6 +21,7 @@ from .follow import bench_follow
 from .group_commit import bench_group_commit
 from .hub import bench_hub_copy, bench_hub_latency, bench_hub_metrics
 from .hub_scale import bench_hub_scale
+from .hub_sums import bench_hub_sums
 from .load import CpuShare, LoadTotal, wait_idle
 from .open_seek import bench_open_seek
 from .report import render, write_report
@@ -60,6 +61,7 @@ STEPS: tuple[tuple[tuple[str, ...], str, Run], ...] = (
     (("checksums",), "benchmark 15: what checksums cost", alone(bench_checksums)),
     (("consumer",), "benchmark 16: the consumer over a root", alone(bench_consumer)),
     (("hub_metrics",), "benchmark 17: what the hub's metrics endpoint costs", alone(bench_hub_metrics)),
+    (("hub_sums",), "benchmark 18: a hub pass over a journal that flushes every message", alone(bench_hub_sums)),
 )
 BENCHMARKS = tuple(name for names, _, _ in STEPS for name in names)
 
