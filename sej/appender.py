@@ -19,7 +19,7 @@ import os
 from typing import IO
 
 from . import index as idx
-from .checksum import BLOCK, HEADER, RECORD, Hasher, SumFile, check_header, parse_records
+from .checksum import BLOCK, HEADER, RECORD, Hasher, SumFile, check_header, tail_records
 from .errors import CorruptionError, UnsafeFileError
 from .frames import NO_TIMESTAMP
 from .fsutil import fsync_dir, open_file, open_regular
@@ -116,10 +116,10 @@ class SegmentAppender:
             log.warning("%s; the segment stays unchecked", e)
             return None
         try:
-            raw = pread_full(fd, os.fstat(fd).st_size, 0)
-            problem = check_header(raw, self.first)
-            if problem is None:
-                records, problem = parse_records(memoryview(raw)[HEADER.size :], 0)
+            file_size = os.fstat(fd).st_size
+            problem = check_header(pread_full(fd, HEADER.size, 0), self.first)
+            if problem is None:  # only the file's end is read: a record per flush makes it long
+                count, last, problem = tail_records(fd, (file_size - HEADER.size) // RECORD.size, size)
             if problem is not None:
                 os.close(fd)
                 fd = -1
@@ -127,19 +127,19 @@ class SegmentAppender:
                     return SumFile.create(path, self.first)
                 log.warning("%s: %s; the segment stays unchecked (see sej verify)", path, problem)
                 return None
-            kept = [r for r in records if r.end <= size]
-            end = kept[-1].end if kept else 0
+            end = last.end if last is not None else 0
             start = end // BLOCK * BLOCK
             prefix = pread_full(self.fd, end - start, start)
             hasher = Hasher(end, prefix)
-            if end % BLOCK and hasher.h.intdigest() != kept[-1].digest:
+            if last is not None and end % BLOCK and hasher.h.intdigest() != last.digest:
                 os.close(fd)
                 fd = -1
                 log.warning("%s: bytes %d..%d disagree with their checksum; the segment stays unchecked "
                             "(see sej verify)", path, start, end)  # fmt: skip
                 return None
-            if len(raw) != HEADER.size + len(kept) * RECORD.size:
-                os.ftruncate(fd, HEADER.size + len(kept) * RECORD.size)  # what recovery cut, and a torn record
+            kept_size = HEADER.size + count * RECORD.size
+            if file_size != kept_size:
+                os.ftruncate(fd, kept_size)  # what recovery cut, and a torn record
             sums, fd = SumFile(path, fd, hasher), -1
         finally:
             if fd >= 0:
@@ -153,7 +153,7 @@ class SegmentAppender:
                     break
                 sums.add(data)
                 pos += len(data)
-        if len(raw) != HEADER.size + len(kept) * RECORD.size or end < size:
+        if file_size != kept_size or end < size:
             sums.sync()
         return sums
 

@@ -84,6 +84,49 @@ def parse_records(data: bytes | memoryview, prev: int) -> tuple[list[Sum], str |
     return out, None
 
 
+TAIL_RECORDS = 4096
+"""Records read at once by `tail_records`, from the end of a sidecar backwards (64 KiB)."""
+
+
+def tail_records(fd: int, count: int, size: int) -> tuple[int, Sum | None, str | None]:
+    """(how many, the last) of a sidecar's first `count` records that end within a segment's `size` bytes, read
+    from the file's end backwards: the records past `size` (a tail recovery cut) and the one before them, not the
+    whole file (one record per flush: 8 million in a 1 GiB segment). The records read are validated as
+    `parse_records` does; the third item is why they are invalid, if they are."""
+    hi = count
+    for _ in range(count // TAIL_RECORDS + 2):  # bounded: each step moves `hi` back by TAIL_RECORDS
+        lo = max(0, hi - TAIL_RECORDS)
+        first = lo - 1 if lo else 0  # with the record before, to validate the first one against
+        raw = pread_full(fd, (hi - first) * RECORD.size, HEADER.size + first * RECORD.size)
+        if len(raw) < (hi - first) * RECORD.size:
+            return 0, None, f"checksum file shrank to {HEADER.size + first * RECORD.size + len(raw)} bytes"
+        anchor = Sum(*RECORD.unpack_from(raw)) if lo else None
+        records, problem = parse_records(memoryview(raw)[RECORD.size if lo else 0 :], anchor.end if anchor else 0)
+        if problem is not None:
+            return 0, None, f"{problem} (of the records after record {first})"
+        kept = [r for r in records if r.end <= size]
+        if kept:
+            return lo + len(kept), kept[-1], None
+        if anchor is None or anchor.end <= size:
+            return lo, anchor, None
+        hi = lo
+    return 0, None, None  # never: the loop reaches the first record
+
+
+def records_upto(fd: int, count: int, pos: int) -> int:
+    """How many of a sidecar's first `count` records end at or before `pos`: a binary search, the records being
+    in order (in a damaged file it lands somewhere, and the records read from there on are validated as ever)."""
+    lo, hi = 0, count
+    while lo < hi:  # bounded: halves every step
+        mid = (lo + hi) // 2
+        raw = os.pread(fd, RECORD.size, HEADER.size + mid * RECORD.size)
+        if len(raw) == RECORD.size and RECORD.unpack(raw)[0] <= pos:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
 def pack(records: list[Sum]) -> bytes:
     return b"".join(RECORD.pack(*r) for r in records)
 
@@ -334,6 +377,26 @@ class SumReader:
         self.prev = 0
         self.problem: str | None = None
 
+    def skip_to(self, pos: int) -> None:
+        """Before the first `read`: start at the records ending after `pos` (a block's start), not at the first.
+        Those before cover bytes before `pos`, which the reader does not check: a reader starting late in a long
+        segment (a consumer at its committed offset, a Spark partition) does not read and validate them all."""
+        if self.read_to != 0 or self.problem is not None:
+            return
+        head = os.pread(self.fd, HEADER.size, 0)
+        if len(head) < HEADER.size:
+            return  # being created
+        self.problem = check_header(head, self.first)
+        if self.problem is not None:
+            return  # read() raises it
+        count = (os.fstat(self.fd).st_size - HEADER.size) // RECORD.size
+        k = records_upto(self.fd, count, pos)
+        self.read_to = HEADER.size
+        if k:
+            raw = os.pread(self.fd, RECORD.size, HEADER.size + (k - 1) * RECORD.size)
+            if len(raw) == RECORD.size and RECORD.unpack(raw)[0] <= pos:  # else: read them all, as ever
+                self.read_to, self.prev = HEADER.size + k * RECORD.size, RECORD.unpack(raw)[0]
+
     def read(self) -> list[Sum]:
         """The whole records added since the last call. Raises ChecksumError once the file is invalid."""
         if self.problem is not None:
@@ -402,6 +465,7 @@ class ReadCheck:
         v = self.v
         if v is None:
             v = self.v = Verifier(pos - pos % BLOCK)
+            self.sums.skip_to(v.pos)
         if v.pos >= want:
             return v.pos
         sums = self.sums
@@ -527,4 +591,6 @@ __all__ = [
     "messages_in",
     "pack",
     "parse_records",
+    "records_upto",
+    "tail_records",
 ]

@@ -326,3 +326,102 @@ def test_scanner_verify_argument_is_checked(jdir: str) -> None:
     write_journal(jdir, n=10)
     with pytest.raises(sej.InvalidArgumentError, match="verify"):
         sej.Scanner(jdir, verify="yes")  # type: ignore[arg-type]
+
+
+# -- long sidecars: a record per flush; the writer reads the end, a reader starts at its position --------------
+
+
+def flushed_one_by_one(jdir: str, n: int, tag: bytes = b"m") -> None:
+    with sej.Writer(jdir) as w:
+        for i in range(n):
+            w.append(tag + b"%d" % i)
+            w.flush()  # a record each
+
+
+def test_a_writer_reopens_a_long_sidecar_reading_only_its_end(jdir: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """20,000 records (five times TAIL_RECORDS): reopening reads the header and the last TAIL_RECORDS + 1."""
+    import sej.checksum as checksum
+
+    flushed_one_by_one(jdir, 20_000)
+    read: list[int] = []
+    real = checksum.pread_full
+    monkeypatch.setattr(checksum, "pread_full", lambda fd, n, pos: read.append(n) or real(fd, n, pos))
+    with sej.Writer(jdir) as w:
+        assert w.recovered is None
+        w.append(b"after")
+    assert read == [(checksum.TAIL_RECORDS + 1) * RECORD.size], read
+    fully_checked(jdir)
+    assert scan_all(jdir)[-1].value == b"after"
+
+
+def test_recovery_that_cuts_many_records_drops_them_all_reading_back_from_the_end(jdir: str) -> None:
+    """A tail cut far back (past several TAIL_RECORDS of records): every record past the new end is dropped, the
+    checksums go on from there, and what was kept reads back checked."""
+    flushed_one_by_one(jdir, 20_000)
+    seg, spath = last_sums(jdir)
+    size = os.path.getsize(seg.path)
+    with open(seg.path, "r+b") as f:
+        f.truncate(size // 3 + 5)  # mid-frame, about 13,000 records before the end
+    with pytest.warns(sej.CorruptionWarning), sej.Writer(jdir) as w:
+        cut = os.path.getsize(seg.path)
+        assert w.recovered is not None and cut <= size // 3 + 5
+        recs, problem = parse_records(Path(spath).read_bytes()[HEADER.size :], 0)
+        assert problem is None and recs[-1].end == cut and os.path.getsize(spath) == HEADER.size + 16 * len(recs)
+        w.append(b"after")
+    fully_checked(jdir)
+    got = scan_all(jdir)
+    assert got[-1].value == b"after" and [m.value for m in got[:-1]] == [b"m%d" % i for i in range(len(got) - 1)]
+
+
+@pytest.mark.parametrize("records_from_end, unchecked", [(100, True), (19_950, False)])
+def test_damage_in_a_long_sidecar_is_caught_at_startup_near_its_end_and_by_verify_further_back(
+    jdir: str, caplog: pytest.LogCaptureFixture, records_from_end: int, unchecked: bool
+) -> None:
+    """The records the writer reads at startup are validated as before: a broken one leaves the segment unchecked
+    (a warning). A broken record further back, under bytes already recorded, is not read at startup: the writer
+    goes on recording, and `sej verify` (check_segment) still reports the damage."""
+    flushed_one_by_one(jdir, 20_000)
+    seg, spath = last_sums(jdir)
+    flip(spath, os.path.getsize(spath) - records_from_end * RECORD.size, 7)  # a record ends past the next one
+    with caplog.at_level(logging.WARNING, logger="sej.checksum"), sej.Writer(jdir) as w:
+        w.append(b"x")
+    assert ("stays unchecked" in caplog.text) == unchecked, caplog.text
+    r = check_segment(seg.path, spath, seg.first_offset)
+    assert r.errors, r  # the damaged record is reported either way
+    last_end = RECORD.unpack(Path(spath).read_bytes()[-RECORD.size :])[0]
+    assert (last_end == os.path.getsize(seg.path)) != unchecked  # "x" was recorded unless the segment stayed unchecked
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(1, 3 * BLOCK + 7), st.lists(st.integers(0, 3 * BLOCK + 7), max_size=40), st.data())
+def test_read_check_from_any_position_never_passes_a_flipped_byte_whatever_the_records_damage(
+    tmp_path_factory: pytest.TempPathFactory, n: int, cuts: list[int], draw: st.DataObject
+) -> None:
+    """A reader starts at the records after its position (SumReader.skip_to, a binary search): with records
+    damaged anywhere (which may mislead the search), it still never reports a flipped byte as checked."""
+    data = random.Random(n).randbytes(n)
+    d = tmp_path_factory.mktemp("rcd")
+    seg, sums = d / "seg", d / "sum"
+    at = draw.draw(st.none() | st.integers(0, n - 1))
+    bad = bytearray(data)
+    if at is not None:
+        bad[at] ^= 1 << draw.draw(st.integers(0, 7))
+    seg.write_bytes(bad)
+    records = bytearray(records_for(data, cuts))
+    for _ in range(draw.draw(st.integers(0, 3))):
+        if records:
+            i = draw.draw(st.integers(0, len(records) - 1))
+            records[i] = draw.draw(st.integers(0, 255))
+    sums.write_bytes(HEADER.pack(b"SEJSUM01", 5) + bytes(records))
+    start = draw.draw(st.integers(0, n))
+    with ReadCheck(str(seg), str(sums), 5) as rc, open(seg, "rb") as f:
+        want = start
+        try:
+            for _ in range(n + 2):
+                want = min(n, want + draw.draw(st.integers(1, 2 * BLOCK)))
+                got = rc.check(f.fileno(), n, start, want)
+                assert at is None or got <= at or at < start - start % BLOCK, (got, at)
+                if want == n or got < want:
+                    break
+        except ChecksumError:
+            pass
