@@ -1,5 +1,6 @@
-"""Benchmark 18: a hub pass over a journal whose writer flushes every message, against reading its checksum file
-whole (what every pass did before the hub remembered where it stopped reading, sej.hub.copy.SumsMark)."""
+"""Benchmark 18: a journal whose writer flushes every message (a checksum record each): a hub pass, reopening the
+writer and starting a reader late in the segment, against reading and validating its checksum file whole (what
+each of them did before: sej.hub.copy.SumsMark, sej.checksum.tail_records, SumReader.skip_to)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,32 @@ from .results import Result, Row, fmt_list, ratio
 
 FLUSHES = (10_000, 100_000, 300_000)
 """Messages in the journal's segment when a pass copies one more, each flushed alone (a checksum record each)."""
+
+
+def _open_times(jdir: str, reps: int, n: int, times: dict[tuple[int, str], list[float]]) -> None:
+    """Writer open, scanner start and a whole parse of the checksum file, interleaved, `reps` times each."""
+    from sej.checksum import HEADER, parse_records
+
+    sums = next(Path(jdir, "idx").glob("*.sum"))
+    next_offset = sej.next_offset(jdir)
+
+    def writer() -> None:
+        sej.Writer(jdir).close()
+
+    def scanner() -> None:
+        with sej.Scanner(jdir, next_offset - 5, verify=True) as s:
+            next(iter(s))
+
+    def parse() -> None:
+        raw = sums.read_bytes()
+        _records, problem = parse_records(memoryview(raw)[HEADER.size :], 0)
+        assert problem is None
+
+    for _ in range(reps):
+        for key, run in (("writer", writer), ("scanner", scanner), ("parse", parse)):
+            t = perf_counter()
+            run()
+            times.setdefault((n, key), []).append(perf_counter() - t)
 
 
 def bench_hub_sums(cfg: Config, scratch: Path) -> list[Result]:
@@ -55,6 +82,7 @@ def bench_hub_sums(cfg: Config, scratch: Path) -> list[Result]:
                             times.setdefault((n, how), []).append(perf_counter() - t)
                             assert o.error is None and o.result is not None and o.result.messages == 1, o
                 sums_bytes[n] = sum(p.stat().st_size for p in (src / "ev" / "idx").glob("*.sum"))
+                _open_times(str(src / "ev"), reps, n, times)
                 log(f"  {n:,} flushes: mark {statistics.median(times[n, 'mark']) * 1e3:.1f} ms, "
                     f"whole {statistics.median(times[n, 'whole']) * 1e3:.1f} ms")  # fmt: skip
             fresh(scratch / "sumssrc")
@@ -65,6 +93,19 @@ def bench_hub_sums(cfg: Config, scratch: Path) -> list[Result]:
         server.stop()
     med = {k: statistics.median(v) for k, v in times.items()}
     top = sizes[-1]
+    opens = [
+        Row(
+            f"{n:,} one-message flushes: {what} vs reading and validating its checksum file whole",
+            f"{med[n, key] * 1e3:,.2f} ms",
+            f"{med[n, 'parse'] * 1e3:,.1f} ms",
+            ratio(med[n, "parse"] / med[n, key]),
+        )
+        for n in sizes
+        for what, key in (
+            ("opening a `Writer` on the journal", "writer"),
+            ("a `Scanner(verify=True)` from 5 messages before the end, to its first message", "scanner"),
+        )  # fmt: skip
+    ]
     rows = [
         Row(
             f"{n:,} one-message flushes in the segment (checksum file {sums_bytes[n] / 2**20:,.1f} MiB): a pass "
@@ -84,7 +125,7 @@ def bench_hub_sums(cfg: Config, scratch: Path) -> list[Result]:
     return [
         Result(
             "hub_sums",
-            "18. A hub pass over a journal that flushes every message",
+            "18. A journal that flushes every message",
             [
                 "One journal whose writer flushes every message (one 16-byte record per message in its segment's "
                 "checksum file), copied over a real sshd on 127.0.0.1 with `copy_all` and a `CopyState` kept "
@@ -92,8 +133,12 @@ def bench_hub_sums(cfg: Config, scratch: Path) -> list[Result]:
                 "message; the pass copies it (checked against the producer's checksums).",
                 "Baseline: the same pass with the state's marks dropped (`state.sums.clear()`), so it reads the "
                 "checksum file whole, as every pass did before the marks.",
+                "Then, on the same journal: opening a `Writer` (which makes the checksum file agree with the segment) "
+                "and a verifying `Scanner` started 5 messages before the end, until its first message; baseline: "
+                "reading the checksum file and validating all its records (`parse_records`), which each of them "
+                "did at start before reading from the end (writer) or by binary search (scanner).",
             ],
-            rows,
+            rows + opens,
             [
                 f"Medians of {reps} passes each, interleaved; all passes (s): "
                 + "; ".join(
