@@ -1063,6 +1063,26 @@ def test_destinations_keep_the_hub_journals_open_between_passes_and_reopen_what_
     sej.Writer(os.path.join(hub, "c1.p.2.000")).close()  # closed: the locks are free
 
 
+def test_closing_destinations_releases_every_journal_even_when_one_fails_to_close(tmp_path) -> None:
+    """A journal whose close fails (its segment's descriptor gone: the fsync fails) does not keep the journals
+    after it open and locked; the error is raised once all are closed."""
+    from sej.hub.copy import Destinations
+
+    src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
+    produce(src, 400, segment_size=100_000)
+    dests = Destinations(limit=16)
+    copy_all(lambda: LocalSource(src), hub, "c1", "hub", destinations=dests)
+    held = list(dests._open.values())  # referenced elsewhere too (a batch may hold one): not freed by the GC
+    first = held[0]
+    assert first.seg is not None
+    first.unsynced = 1  # it has bytes to fsync on close
+    os.close(first.seg.fd)  # the fsync fails (EBADF)
+    with pytest.raises(OSError):
+        dests.close()
+    for j in range(4):  # every journal's writer lock is free again
+        sej.Writer(os.path.join(hub, f"c1.p.2.00{j}")).close()
+
+
 def test_destinations_close_a_journal_whose_copy_failed_and_keep_at_most_their_limit(tmp_path) -> None:
     from sej.hub.copy import Destinations
 

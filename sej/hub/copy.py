@@ -380,17 +380,28 @@ class Destinations:
             self._open[dest.dir] = dest
             evicted = [self._open.popitem(last=False)[1] for _ in range(len(self._open) - self.limit)]
             # Closed under the lock: a `take` of an evicted journal must not open it before its lock is released.
-            for d in evicted:
-                d.close()
+            _close_all(evicted)
 
     def close(self) -> None:
         with self._lock:
             dests, self._open = list(self._open.values()), OrderedDict()
-        for d in dests:
-            d.close()
+        _close_all(dests)
 
     def __len__(self) -> int:
         return len(self._open)
+
+
+def _close_all(dests: list[_Destination]) -> None:
+    """Close every journal, also after one failed to (its lock is released all the same); then raise the first
+    error: a journal left open would keep its writer lock until the process ends."""
+    error: BaseException | None = None
+    for d in dests:
+        try:
+            d.close()
+        except BaseException as e:  # noqa: BLE001 - raised after the others are closed
+            error = error or e
+    if error is not None:
+        raise error
 
 
 PENDING_LIMIT = 1024
