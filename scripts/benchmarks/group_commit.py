@@ -305,11 +305,11 @@ def bench_group_commit(cfg: Config, scratch: Path) -> list[Result]:
             runs.setdefault("submit64noop", []).append((n, t, fs))
         finally:
             sej.commit._fdatasync = real
-        runs.setdefault("rawasync64", []).append(raw_async_ceiling(fresh(scratch / "acks") / "raw", 64, secs))
+        runs.setdefault("rawasync64", []).append(raw_async_ceiling(fresh(scratch / "rawacks.bin"), 64, secs))
         runs.setdefault("lock64", []).append(handoff_ceiling(64, secs, futures=False))
         runs.setdefault("future64", []).append(handoff_ceiling(64, secs, futures=True))
         log(f"  group commit rep {rep + 1}/{cfg.fsync_reps} done")
-    for p in ("fsync.jnl", "sync1", "sync8", "sync32", "syncnoop", "acks"):
+    for p in ("fsync.jnl", "sync1", "sync8", "sync32", "syncnoop", "acks", "rawacks.bin"):
         fresh(scratch / p)
 
     def med(k: str) -> tuple[float, float]:
