@@ -69,16 +69,20 @@ def follows(prev: int, end: int) -> bool:
     return s == prev or (prev % BLOCK != 0 and s == block_start(prev))
 
 
-def parse_records(data: bytes | memoryview, prev: int) -> tuple[list[Sum], str | None]:
+def parse_records(data: bytes | memoryview, prev: int, first: int = 0) -> tuple[list[Sum], str | None]:
     """The whole records in `data` after one ending at `prev`; and why the next one is invalid, if one is.
 
-    A torn last record (fewer than 16 bytes) is not returned and is no problem.
+    A torn last record (fewer than 16 bytes) is not returned and is no problem. `first`: the number of the
+    first record of `data` in its file (for the message).
     """
     out: list[Sum] = []
     for i in range(0, len(data) - RECORD.size + 1, RECORD.size):
         end, digest = RECORD.unpack_from(data, i)
         if not follows(prev, end):
-            return out, f"checksum record {i // RECORD.size} ends at byte {end}, which cannot follow byte {prev}"
+            return (
+                out,
+                f"checksum record {first + i // RECORD.size} ends at byte {end}, which cannot follow byte {prev}",
+            )
         out.append(Sum(end, digest))
         prev = end
     return out, None
@@ -101,9 +105,9 @@ def tail_records(fd: int, count: int, size: int) -> tuple[int, Sum | None, str |
         if len(raw) < (hi - first) * RECORD.size:
             return 0, None, f"checksum file shrank to {HEADER.size + first * RECORD.size + len(raw)} bytes"
         anchor = Sum(*RECORD.unpack_from(raw)) if lo else None
-        records, problem = parse_records(memoryview(raw)[RECORD.size if lo else 0 :], anchor.end if anchor else 0)
+        records, problem = parse_records(memoryview(raw)[RECORD.size if lo else 0 :], anchor.end if anchor else 0, lo)
         if problem is not None:
-            return 0, None, f"{problem} (of the records after record {first})"
+            return 0, None, problem
         kept = [r for r in records if r.end <= size]
         if kept:
             return lo + len(kept), kept[-1], None
@@ -413,7 +417,9 @@ class SumReader:
         for _ in range(1 << 20):
             data = os.pread(self.fd, 1 << 20, self.read_to)
             whole = len(data) - len(data) % RECORD.size
-            recs, problem = parse_records(memoryview(data)[:whole], self.prev)
+            recs, problem = parse_records(
+                memoryview(data)[:whole], self.prev, (self.read_to - HEADER.size) // RECORD.size
+            )
             out += recs
             if recs:
                 self.prev = recs[-1].end

@@ -382,10 +382,13 @@ def test_damage_in_a_long_sidecar_is_caught_at_startup_near_its_end_and_by_verif
     goes on recording, and `sej verify` (check_segment) still reports the damage."""
     flushed_one_by_one(jdir, 20_000)
     seg, spath = last_sums(jdir)
-    flip(spath, os.path.getsize(spath) - records_from_end * RECORD.size, 7)  # a record ends past the next one
+    damaged = (os.path.getsize(spath) - HEADER.size) // RECORD.size - records_from_end  # its number in the file
+    flip(spath, os.path.getsize(spath) - records_from_end * RECORD.size, 7)  # it ends off the grid
     with caplog.at_level(logging.WARNING, logger="sej.checksum"), sej.Writer(jdir) as w:
         w.append(b"x")
     assert ("stays unchecked" in caplog.text) == unchecked, caplog.text
+    if unchecked:
+        assert f"checksum record {damaged} ends at byte" in caplog.text, caplog.text
     r = check_segment(seg.path, spath, seg.first_offset)
     assert r.errors, r  # the damaged record is reported either way
     last_end = RECORD.unpack(Path(spath).read_bytes()[-RECORD.size :])[0]

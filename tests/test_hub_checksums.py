@@ -326,3 +326,27 @@ def test_a_checksum_file_read_from_a_mark_over_a_real_sshd(tmp_path: Path, sshd)
     hub_dir = os.path.join(hub, "c1.ev")
     assert Path(list_segments(str(d))[0].path).read_bytes() == Path(list_segments(hub_dir)[0].path).read_bytes()
     fully_checked(hub_dir)
+
+
+def test_an_invalid_record_read_from_a_mark_is_named_by_its_number_in_the_file(tmp_path: Path) -> None:
+    """The error names the record as a whole-file read does, not by its place after the mark's anchor."""
+    from sej.hub import CopyState, copy_all
+
+    root = tmp_path / "producer"
+    d = root / "ev"
+    errors = []
+    with sej.Writer(str(d)) as w:
+        one_message_per_flush(w, 1000, "a")  # records 0..999
+        state = CopyState()
+        copy_all(lambda: LocalSource(str(root)), str(tmp_path / "hub"), "c1", "hub", state=state)
+        assert state.sums["ev"].offset == 16 + 1000 * 16
+        one_message_per_flush(w, 5, "b")  # records 1000..1004
+    spath = sum_path(str(d), 0)
+    raw = bytearray(Path(spath).read_bytes())
+    raw[16 + 1002 * 16 : 16 + 1002 * 16 + 8] = (5).to_bytes(8, "big")  # record 1002 ends before record 1001
+    Path(spath).write_bytes(bytes(raw))
+    for hub, st in (("hub", state), ("whole", CopyState())):
+        (o,) = copy_all(lambda: LocalSource(str(root)), str(tmp_path / hub), "c1", "hub", state=st)
+        assert isinstance(o.error, CopyError), o
+        errors.append(str(o.error))
+    assert all("checksum record 1002 ends at byte 5" in e for e in errors), errors

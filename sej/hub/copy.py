@@ -285,7 +285,7 @@ class _SumCheck:
                 raise StaleMark
             self.base, prev, anchor = mark.offset - RECORD.size, mark.end, [Sum(mark.end, mark.digest)]
             body = body[RECORD.size :]
-        records, problem = parse_records(body, prev)
+        records, problem = parse_records(body, prev, (self.base - SUM_HEADER.size) // RECORD.size + len(anchor))
         if problem is not None:
             raise fail(f"invalid checksum file: {problem}")
         records = anchor + records
