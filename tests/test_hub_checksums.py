@@ -350,3 +350,32 @@ def test_an_invalid_record_read_from_a_mark_is_named_by_its_number_in_the_file(t
         assert isinstance(o.error, CopyError), o
         errors.append(str(o.error))
     assert all("checksum record 1002 ends at byte 5" in e for e in errors), errors
+
+
+def test_a_finished_segment_whose_last_checksums_were_lost_is_copied_not_probed_forever(tmp_path: Path) -> None:
+    """The hub's last segment has bytes no checksum covers (records lost), and the writer has rolled over: a
+    probed pass copies what is covered, then finds no next segment by the name the hub expects; the journal is
+    listed then, and the finished segment copied to its end, as a pass without a state does (never a pass
+    after pass that copies nothing and says nothing)."""
+    from sej.hub import CopyState, copy_all
+
+    root, hub = tmp_path / "producer", str(tmp_path / "hub")
+    d = root / "ev"
+    state = CopyState()
+    with sej.Writer(str(d), segment_size=2000) as w:
+        one_message_per_flush(w, 20, "a")
+        copy_all(lambda: LocalSource(str(root)), hub, "c1", "hub", state=state)
+        while len(list_segments(str(d))) < 2:
+            one_message_per_flush(w, 1, "b")
+        one_message_per_flush(w, 3, "c")
+    first = list_segments(str(d))[0]
+    spath = sum_path(str(d), first.first_offset)
+    with open(spath, "r+b") as f:  # the finished segment's last three records lost
+        f.truncate(os.path.getsize(spath) - 3 * 16)
+    for _ in range(2):
+        (o,) = copy_all(lambda: LocalSource(str(root)), hub, "c1", "hub", state=state)
+        assert o.error is None, o
+    hub_dir = os.path.join(hub, "c1.ev")
+    assert sej.next_offset(hub_dir) == sej.next_offset(str(d))
+    for seg in list_segments(str(d)):
+        assert Path(seg.path).read_bytes() == Path(hub_dir, "jnl", os.path.basename(seg.path)).read_bytes()

@@ -497,6 +497,7 @@ def copy_all(
                 with took("list"):
                     _list(lister, work, reader)
                 grown: list[_Plan] = []
+                stalled: set[str] = set()  # grown, yet copied nothing: listed next (see _rolled_over)
                 for batch in _rounds(work):
                     if stop is not None and stop.is_set():
                         break
@@ -523,10 +524,12 @@ def copy_all(
                         outcomes[p.journal] = _added(outcomes.get(p.journal), outcome)
                         if p.grown and outcome.result is not None:
                             grown.append(p)
+                            if not outcome.result.bytes:
+                                stalled.add(p.journal)
                     with took("commit"):
                         _commit(spread if remote else lister.many, done, reader, state, outcomes, client_id)
                 with took("probe"):
-                    work = _rolled_over(lister, grown, state)
+                    work = _rolled_over(lister, grown, state, stalled)
                 if not work:
                     break
         log.debug("%s: %d journals, %d probed unchanged; %s", lister.describe(""), len(journals), unchanged,
@@ -575,13 +578,15 @@ def _probe(lister: Source, plans: list[_Plan], outcomes: dict[str, JournalOutcom
     return work
 
 
-def _rolled_over(lister: Source, grown: list[_Plan], state: CopyState) -> list[_Plan]:
-    """Plans (to be listed) for the grown journals whose writer has rolled over to a next segment."""
+def _rolled_over(lister: Source, grown: list[_Plan], state: CopyState, stalled: set[str]) -> list[_Plan]:
+    """Plans (to be listed) for the grown journals whose writer has rolled over to a next segment, and for those
+    whose copy made no progress (`stalled`): the segment grew but nothing more of it can be copied as the last
+    one (bytes no checksum covers, records lost), so only a listing shows whether a later segment ends it."""
     tails = [state.tails[p.journal] for p in grown]
     calls: list[Call] = [("size", p.journal, segment_name(t.next_offset)) for p, t in zip(grown, tails, strict=True)]
     out = []
     for p, t, got in zip(grown, tails, lister.many(calls) if calls else [], strict=True):
-        if got is not None and segment_name(t.next_offset) != t.segment:
+        if (got is not None and segment_name(t.next_offset) != t.segment) or p.journal in stalled:
             out.append(_Plan(p.journal, p.dest_dir, t, state.committed.get(p.journal), state.mark(p.journal)))
     return out
 
