@@ -111,9 +111,9 @@ def tail_records(fd: int, count: int, size: int) -> tuple[int, Sum | None, str |
         kept = [r for r in records if r.end <= size]
         if kept:
             return lo + len(kept), kept[-1], None
-        if anchor is None or anchor.end <= size:
-            return lo, anchor, None
-        hi = lo
+        if anchor is None:
+            return 0, None, None
+        hi = lo  # the record before is validated as the last of the next step's, against the one before it
     return 0, None, None  # never: the loop reaches the first record
 
 
@@ -396,10 +396,13 @@ class SumReader:
         count = (os.fstat(self.fd).st_size - HEADER.size) // RECORD.size
         k = records_upto(self.fd, count, pos)
         self.read_to = HEADER.size
-        if k:
+        if k and pos > 0:
+            # In a valid file the record before is the one ending exactly at `pos` (every complete block has a
+            # record at its boundary). Anything else (zeroed records a crash left at the end mislead the search;
+            # `pos` past the last record) reads them all, as ever, so that damage is seen.
             raw = os.pread(self.fd, RECORD.size, HEADER.size + (k - 1) * RECORD.size)
-            if len(raw) == RECORD.size and RECORD.unpack(raw)[0] <= pos:  # else: read them all, as ever
-                self.read_to, self.prev = HEADER.size + k * RECORD.size, RECORD.unpack(raw)[0]
+            if len(raw) == RECORD.size and RECORD.unpack(raw)[0] == pos:
+                self.read_to, self.prev = HEADER.size + k * RECORD.size, pos
 
     def read(self) -> list[Sum]:
         """The whole records added since the last call. Raises ChecksumError once the file is invalid."""

@@ -415,6 +415,11 @@ def test_read_check_from_any_position_never_passes_a_flipped_byte_whatever_the_r
         if records:
             i = draw.draw(st.integers(0, len(records) - 1))
             records[i] = draw.draw(st.integers(0, 255))
+    zeroed = draw.draw(st.integers(0, 3))  # a crash's zero-filled records at the end, in place of the last ones
+    if zeroed and draw.draw(st.booleans()):
+        records[-RECORD.size * zeroed :] = bytes(min(len(records), RECORD.size * zeroed))
+    else:
+        records += bytes(RECORD.size * zeroed)
     sums.write_bytes(HEADER.pack(b"SEJSUM01", 5) + bytes(records))
     start = draw.draw(st.integers(0, n))
     with ReadCheck(str(seg), str(sums), 5) as rc, open(seg, "rb") as f:
@@ -428,3 +433,46 @@ def test_read_check_from_any_position_never_passes_a_flipped_byte_whatever_the_r
                     break
         except ChecksumError:
             pass
+
+
+def test_zeroed_records_at_the_end_of_a_sidecar_fail_a_reader_from_any_position(jdir: str) -> None:
+    """A crash can leave zero-filled records at a sidecar's end: a reader starting inside the segment must not
+    take them for records before its position (a binary search would land past them) and read on unchecked."""
+    with sej.Writer(jdir, segment_size=200_000) as w:
+        for i in range(3000):
+            w.append(b"msg-%06d" % i + b"x" * 40)
+            w.flush()
+    seg, spath = list_segments(jdir)[0], sum_path(jdir, 0)
+    last = list_segments(jdir)[1].first_offset - 1
+    with open(spath, "ab") as f:
+        f.write(bytes(16 * 256))
+    data = Path(seg.path).read_bytes()
+    flip(seg.path, data.find(b"msg-%06d" % (last - 3)) + 12, 0)
+    for start in (0, last - 40, last - 3):
+        with pytest.raises(ChecksumError):
+            scan_all(jdir, start)
+
+
+def test_a_writer_validates_the_record_it_keeps_when_recovery_cut_past_every_record_it_read(
+    jdir: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every record of the sidecar's last TAIL_RECORDS ends past the recovered size: the one before them, kept as
+    the last, is validated against the one before it too (two records swapped there: the segment stays unchecked,
+    as a whole read found)."""
+    import sej.checksum as checksum
+
+    monkeypatch.setattr(checksum, "TAIL_RECORDS", 8)
+    flushed_one_by_one(jdir, 200)
+    seg, spath = last_sums(jdir)
+    raw = bytearray(Path(spath).read_bytes())
+    count = (len(raw) - HEADER.size) // RECORD.size
+    lo = count - 8
+    a = raw[HEADER.size + (lo - 2) * 16 : HEADER.size + (lo - 1) * 16]
+    b = raw[HEADER.size + (lo - 1) * 16 : HEADER.size + lo * 16]
+    raw[HEADER.size + (lo - 2) * 16 : HEADER.size + lo * 16] = b + a  # the record before them swapped with its own
+    Path(spath).write_bytes(bytes(raw))
+    os.truncate(seg.path, RECORD.unpack(b)[0])  # cut where the swapped record ended: a frame's end
+    with caplog.at_level(logging.WARNING, logger="sej.checksum"), sej.Writer(jdir) as w:
+        w.append(b"x")
+    assert "stays unchecked" in caplog.text, caplog.text
+    assert Path(spath).read_bytes() == bytes(raw)  # left for sej verify

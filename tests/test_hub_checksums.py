@@ -379,3 +379,41 @@ def test_a_finished_segment_whose_last_checksums_were_lost_is_copied_not_probed_
     assert sej.next_offset(hub_dir) == sej.next_offset(str(d))
     for seg in list_segments(str(d)):
         assert Path(seg.path).read_bytes() == Path(hub_dir, "jnl", os.path.basename(seg.path)).read_bytes()
+
+
+def test_a_last_segment_whose_end_stays_without_checksums_is_listed_once_not_every_pass(tmp_path: Path) -> None:
+    """A writer killed between writing a message and its checksum record leaves bytes no record covers until the
+    next writer seals them: the hub copies nothing of them, and lists the journal once to see whether a later
+    segment ends it, not on every pass while nothing changes."""
+    from sej.hub import CopyState, copy_all
+
+    root, hub = tmp_path / "producer", str(tmp_path / "hub")
+    d = root / "ev"
+    listed: list[str] = []
+
+    class Listing(LocalSource):
+        def segments(self, journal: str) -> list:  # type: ignore[type-arg]
+            listed.append(journal)
+            return super().segments(journal)
+
+    state = CopyState()
+    with sej.Writer(str(d)) as w:
+        one_message_per_flush(w, 20, "a")
+        copy_all(lambda: Listing(str(root)), hub, "c1", "hub", state=state)
+        one_message_per_flush(w, 1, "b")
+    spath = sum_path(str(d), 0)
+    os.truncate(spath, os.path.getsize(spath) - 16)  # the last message's record never written
+    held = Path(hub, "c1.ev", "jnl", "0000000000000000.jnl")
+    size = held.stat().st_size
+    counts = []
+    for _ in range(4):
+        listed.clear()
+        (o,) = copy_all(lambda: Listing(str(root)), hub, "c1", "hub", state=state)
+        assert o.error is None and o.result is not None and o.result.messages == 0, o
+        counts.append(len(listed))
+    assert counts == [1, 0, 0, 0], counts
+    assert held.stat().st_size == size  # nothing unchecked copied
+    with sej.Writer(str(d)):  # the next writer seals the bytes: then they are copied
+        pass
+    (o,) = copy_all(lambda: Listing(str(root)), hub, "c1", "hub", state=state)
+    assert o.error is None and o.result is not None and o.result.messages == 1, o

@@ -137,6 +137,9 @@ class CopyState:
         self.tails: dict[str, Tail] = {}
         self.committed: dict[str, int] = {}
         self.sums: dict[str, SumsMark] = {}
+        # Journals probed grown whose copy made no progress, listed at this (hub segment, hub size, source size):
+        # not listed again until one of them changes (kept in memory only).
+        self.stalled: dict[str, tuple[str, int, int]] = {}
         self.changed = False
 
     @classmethod
@@ -222,6 +225,7 @@ class CopyState:
             self.tails.pop(gone, None)
             self.committed.pop(gone, None)
             self.sums.pop(gone, None)
+            self.stalled.pop(gone, None)
             self.changed = True
 
     def remember_committed(self, journal: str, value: int | None) -> None:
@@ -524,7 +528,7 @@ def copy_all(
                         outcomes[p.journal] = _added(outcomes.get(p.journal), outcome)
                         if p.grown and outcome.result is not None:
                             grown.append(p)
-                            if not outcome.result.bytes:
+                            if _stalled(p, outcome.result, state):
                                 stalled.add(p.journal)
                     with took("commit"):
                         _commit(spread if remote else lister.many, done, reader, state, outcomes, client_id)
@@ -576,6 +580,19 @@ def _probe(lister: Source, plans: list[_Plan], outcomes: dict[str, JournalOutcom
         else:  # rolled over, gone, or an error: list it (copy_journal reports errors as its own)
             work.append(p)
     return work
+
+
+def _stalled(p: _Plan, result: CopyResult, state: CopyState) -> bool:
+    """Whether a probed (grown) journal's copy made no progress and was not listed at this state yet (so that a
+    segment that stays so, a crashed writer's bytes without their checksums, costs one listing, not one a pass)."""
+    if result.bytes or p.tail is None or not p.segments:
+        state.stalled.pop(p.journal, None)
+        return False
+    at = (p.tail.segment, p.tail.size, p.segments[0].size)
+    if state.stalled.get(p.journal) == at:
+        return False
+    state.stalled[p.journal] = at
+    return True
 
 
 def _rolled_over(lister: Source, grown: list[_Plan], state: CopyState, stalled: set[str]) -> list[_Plan]:
