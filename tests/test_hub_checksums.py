@@ -275,7 +275,8 @@ def test_a_mark_whose_anchor_changed_or_that_the_hub_no_longer_reaches_reads_the
             f.truncate(seg.stat().st_size - 3)
         one_message_per_flush(w, 5, "b")
         reads.clear()
-        o = copy_pass()
+        with pytest.warns(sej.CorruptionWarning, match="incomplete frame"):  # the hub's torn tail, cut aside
+            o = copy_pass()
         assert o.error is None and o.result is not None and o.result.messages == 6, o  # the cut one, again
         assert [skip for skip, _n in reads] == [0], reads
         prefix_of(os.path.join(hub, "c1.ev"), str(d))
