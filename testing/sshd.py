@@ -92,7 +92,7 @@ def _ppids() -> dict[int, int]:
             continue
         # "pid (comm) state ppid ...": comm may contain spaces and parentheses, so split after the last ')'.
         fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) >= 2:
+        if len(fields) >= 2 and fields[0] != b"Z":  # a zombie is dead already (its parent has not reaped it)
             out[int(entry)] = int(fields[1])
     return out
 
@@ -244,15 +244,16 @@ class Sshd:
         if proc is None:
             return
         if proc.poll() is None:
-            self._kill_descendants(proc.pid)
-            proc.terminate()
+            # The listener is stopped first, so that it accepts no connection while its children are killed: a
+            # client reconnecting in between got a session that outlived the listener, reparented away from it
+            # where it cannot be found (sej-hub's copies then went on through a "paused" sshd).
             try:
-                proc.wait(STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(STOP_TIMEOUT)
-        # Connections that outlived the listener (they were forked before it stopped) are reparented away
-        # from it and cannot be found any more; killing them above, before the listener, avoids that.
+                os.kill(proc.pid, signal.SIGSTOP)
+            except ProcessLookupError:
+                pass
+            self._kill_descendants(proc.pid)
+            proc.kill()  # also a stopped process
+            proc.wait(STOP_TIMEOUT)
 
     def pause(self) -> None:
         """Kill every connection and stop the listener, keeping the port, keys and config: the producer is down."""
