@@ -690,8 +690,7 @@ def _read(many: Callable[[list[Call]], list[Any]], batch: list[_Plan]) -> None:
             wanted.append((p, name, start, size, to_end))
             if hub_copy.VERIFY and start + size > (have_size if name == have_name else 0):  # bytes to copy: checked
                 # From the last pass's mark on, as copy_journal will ask (it checks the mark's anchor).
-                m = p.mark
-                skip = m.offset - RECORD.size if m is not None and m.segment == name and m.end <= have_size else 0
+                skip = p.mark.skip(name, have_size) if p.mark is not None else 0
                 sums.append(("read_sums", p.journal, name, skip))
                 sums_of.append((p, name, skip))
     got_all = many(reads + sums) if reads else []

@@ -77,6 +77,10 @@ class SumsMark(NamedTuple):
     end: int
     digest: int
 
+    def skip(self, segment: str, hub_size: int) -> int:
+        """`read_sums`'s skip for `segment` from this mark (0: read whole), the hub's copy of it `hub_size` bytes."""
+        return self.offset - RECORD.size if segment == self.segment and self.end <= hub_size else 0
+
 
 class _Destination:
     """The hub's copy of one journal, under its writer lock: appends whole frames to mirrored segments."""
@@ -681,10 +685,11 @@ def _copy_segment(
         # Read before the bytes (the producer records them after writing); from the last copy's mark on, if
         # the hub's copy still reaches its anchor (recovery may have cut it back).
         mark = dest.sums_mark or getattr(source, "sums_mark", lambda j, n: None)(journal, seg.name)
-        if mark is not None and mark.segment == seg.name and mark.end <= dest.size:
-            raw = source.read_sums(journal, seg.name, mark.offset - RECORD.size)
+        skip = mark.skip(seg.name, dest.size) if mark is not None else 0
+        if skip:
+            raw = source.read_sums(journal, seg.name, skip)
             try:
-                sums = _SumCheck(raw, seg, dest, last, fail, mark) if raw is not None else None
+                sums = _SumCheck(raw, seg, dest, last, fail, mark) if raw is not None and mark else None
             except StaleMark:
                 sums = None
         if sums is None:
