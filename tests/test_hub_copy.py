@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -1154,3 +1155,65 @@ def test_passes_with_open_destinations_copy_every_change_whatever_happens_to_the
     finally:
         dests.close()
         shutil.rmtree(tmp)
+
+
+def test_deferred_commits_wait_for_commit_interval_and_cost_no_listing(tmp_path: Path) -> None:
+    """With commit_interval (the daemon's), a journal committed less than that ago keeps its new hub offset pending:
+    the copy is complete, the producer's offset lags it. An unchanged journal with a pending commit is settled by
+    the probe (no listing), and its offset is committed once commit_interval has passed since its last commit."""
+    from sej.hub import CopyState
+
+    src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
+    listed: list[str] = []
+
+    class Listing(LocalSource):
+        def segments(self, journal: str) -> list:  # type: ignore[type-arg]
+            listed.append(journal)
+            return super().segments(journal)
+
+    def on_source() -> dict[str, int | None]:
+        return {j: read_offset_file(os.path.join(src, j, "ofs", "hub.ofs")) for j in sorted(os.listdir(src))}
+
+    def hub_next() -> dict[str, int]:
+        return {j: sej.next_offset(os.path.join(hub, f"c1.{j}")) for j in sorted(os.listdir(src))}
+
+    produce(src, 40)
+    state = CopyState()
+    state.commit_interval = 3600.0
+    out = copy_all(lambda: Listing(src), hub, "c1", "hub", state=state)
+    assert all(o.error is None for o in out) and on_source() == hub_next()  # a first commit never waits
+    first = on_source()
+    produce(src, 40, seed=1)  # 40 more over the same shards
+    out = copy_all(lambda: Listing(src), hub, "c1", "hub", state=state)
+    assert all(o.error is None for o in out) and sum(o.result.messages for o in out if o.result) == 40
+    assert_identical(src, hub)
+    assert on_source() == first != hub_next()  # pending
+    assert state.pending == {j: n for j, n in hub_next().items() if n != first[j]}
+    listed.clear()
+    out = copy_all(lambda: Listing(src), hub, "c1", "hub", state=state)
+    assert listed == [] and all(o.error is None and o.result is not None and o.result.messages == 0 for o in out)
+    assert on_source() == first  # still waiting
+    state.commit_interval = 0.0  # commit on every pass: what waits is due at once
+    out = copy_all(lambda: Listing(src), hub, "c1", "hub", state=state)
+    assert listed == [] and all(o.error is None for o in out)
+    assert on_source() == hub_next() and state.pending == {}
+    # A short commit_interval: once it has passed, an idle pass commits what waits.
+    state.commit_interval = 0.2
+    produce(src, 40, seed=3)
+    copy_all(lambda: Listing(src), hub, "c1", "hub", state=state)  # commits (due), then due again in 0.1-0.2 s
+    produce(src, 40, seed=4)
+    copy_all(lambda: Listing(src), hub, "c1", "hub", state=state)
+    passed = time.monotonic() + 0.2
+    while time.monotonic() < passed:  # the interval itself is what is tested
+        time.sleep(0.05)
+    copy_all(lambda: Listing(src), hub, "c1", "hub", state=state)
+    assert on_source() == hub_next() and state.pending == {}
+    # A pass that ends with stop set commits every pending offset, however young.
+    state.commit_interval = 3600.0
+    produce(src, 40, seed=2)
+    copy_all(lambda: Listing(src), hub, "c1", "hub", state=state)
+    assert state.pending and on_source() != hub_next()
+    stop = threading.Event()
+    stop.set()
+    copy_all(lambda: Listing(src), hub, "c1", "hub", state=state, stop=stop)
+    assert on_source() == hub_next() and state.pending == {}

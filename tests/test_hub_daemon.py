@@ -230,6 +230,9 @@ local_root = "../data"
 def test_config_defaults() -> None:
     c = loads_config('hub_root = "/h"\n[[client]]\nclient_id = "a"\nlocal_root = "/src"\n')
     assert (c.hub_name, c.poll_interval, c.workers, c.backoff_max, c.path) == ("hub", 1.0, 4, 60.0, None)
+    assert c.commit_interval == 5.0
+    zero = loads_config('hub_root = "/h"\ncommit_interval = 0\n[[client]]\nclient_id = "a"\nlocal_root = "/src"\n')
+    assert zero.commit_interval == 0.0  # commit on every pass
 
 
 LOCAL = {"client_id": "a", "local_root": "/src"}
@@ -246,6 +249,8 @@ BAD_CONFIGS: list[tuple[str, dict[str, Any], list[dict[str, Any]], list[str]]] =
     ("hub_name", {"hub_name": "a b"}, [LOCAL], ["hub_name = 'a b'"]),
     ("hub_name-type", {"hub_name": 3}, [LOCAL], ["hub_name = 3"]),
     ("poll-zero", {"poll_interval": 0}, [LOCAL], ["poll_interval = 0", "more than 0"]),
+    ("commit-negative", {"commit_interval": -1}, [LOCAL], ["commit_interval = -1", "at least 0"]),
+    ("commit-string", {"commit_interval": "5"}, [LOCAL], ["commit_interval = '5'"]),
     ("poll-negative", {"poll_interval": -1.5}, [LOCAL], ["poll_interval = -1.5"]),
     ("poll-string", {"poll_interval": "1"}, [LOCAL], ["poll_interval = '1'"]),
     ("poll-bool", {"poll_interval": True}, [LOCAL], ["poll_interval = True"]),
@@ -529,6 +534,31 @@ def test_run_forever_copies_new_data_continuously(tmp_path: Path, forever: Forev
         make_root(src, 20, bit=1, start=20 * round_)
         wait_for(holds(lambda: assert_identical(src, hub_root, "c")), 5, f"round {round_}")
     assert copied_count(hub_root, "c") == 80
+
+
+def test_run_forever_defers_the_offset_on_the_producer_and_commits_it_on_stop(tmp_path: Path) -> None:
+    """commit_interval: the first copy of a journal commits at once; later ones wait (the producer's offset lags the
+    hub's copy, which is whole and durable), and stopping the hub commits what waits."""
+    src = make_root(tmp_path / "src", 20, bit=1)
+    config = local_config(tmp_path, {"c": src}, poll_interval=0.05, commit_interval=3600)
+    hub_root = Path(config.hub_root)
+    stop = threading.Event()
+    reports: list[ClientReport] = []
+    t = threading.Thread(target=Hub(config).run_forever, args=(stop, reports.append), daemon=True)
+    t.start()
+    try:
+        wait_for(holds(lambda: assert_identical(src, hub_root, "c")), 5, "the first copy, committed at once")
+        first = {j: committed(src / j) for j in journals(src)}
+        make_root(src, 20, bit=1, start=20)
+        wait_for(lambda: copied_count(hub_root, "c") == 40, 5, "the second copy")
+        n = len(reports)
+        wait_for(lambda: len(reports) >= n + 2, 5, "two more passes")  # passes that could have committed
+        assert {j: committed(src / j) for j in journals(src)} == first  # waiting: 3600 s
+    finally:
+        stop.set()
+        t.join(scaled(5))
+    assert not t.is_alive()
+    assert_identical(src, hub_root, "c")  # committed on stop
 
 
 # -- the sej-hub console script ------------------------------------------------------------------------

@@ -25,6 +25,7 @@ import hashlib
 import json
 import logging
 import os
+import random
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -140,6 +141,11 @@ class CopyState:
         # Journals probed grown whose copy made no progress, listed at this (hub segment, hub size, source size):
         # not listed again until one of them changes (kept in memory only).
         self.stalled: dict[str, tuple[str, int, int]] = {}
+        # Commits deferred (the daemon's commit_interval, 0: none): journal -> the hub offset to commit on the
+        # source, and when each journal's next commit is due (time.monotonic); in memory only.
+        self.commit_interval = 0.0
+        self.pending: dict[str, int] = {}
+        self.commit_due: dict[str, float] = {}
         self.changed = False
 
     @classmethod
@@ -226,9 +232,35 @@ class CopyState:
             self.committed.pop(gone, None)
             self.sums.pop(gone, None)
             self.stalled.pop(gone, None)
+            self.pending.pop(gone, None)
+            self.commit_due.pop(gone, None)
             self.changed = True
 
-    def remember_committed(self, journal: str, value: int | None) -> None:
+    def expected(self, journal: str) -> int | None:
+        """The hub offset on the source once the pending commit (if any) is made: what the hub has committed."""
+        return self.pending.get(journal, self.committed.get(journal))
+
+    def defer(self, journal: str, value: int, now: float) -> bool:
+        """Whether the commit of `value` waits, kept pending: the journal's next commit is not due yet (the first
+        one always is)."""
+        if self.commit_interval <= 0 or now >= self.commit_due.get(journal, now):
+            return False
+        self.pending[journal] = value
+        return True
+
+    def due(self, now: float, everything: bool = False) -> list[tuple[str, int]]:
+        """The pending commits that are due (`everything`, or no commit_interval: all of them)."""
+        every = everything or self.commit_interval <= 0
+        return [(j, v) for j, v in self.pending.items() if every or now >= self.commit_due.get(j, now)]
+
+    def remember_committed(self, journal: str, value: int | None, at: float | None = None) -> None:
+        """`value` is the hub offset on the source (None: not known); `at`: a commit made then."""
+        if value is None or at is not None or self.pending.get(journal) == value:
+            self.pending.pop(journal, None)  # a commit made carries the latest offset
+        if at is not None:
+            # Due again in 1/2 to 1 commit_interval: journals copied together (every one, in a busy pass) spread
+            # their commits over the following passes instead of all coming due in one.
+            self.commit_due[journal] = at + self.commit_interval * (0.5 + 0.5 * random.random())
         if self.committed.get(journal) != value:
             if value is None:
                 del self.committed[journal]
@@ -456,7 +488,7 @@ def copy_all(
                 log.error("%s", e, extra={"client": client_id, "journal": j})
                 outcomes[j] = JournalOutcome(j, None, e)
                 continue
-            plans.append(_Plan(j, d, state.tail(j, d), state.committed.get(j), state.mark(j)))
+            plans.append(_Plan(j, d, state.tail(j, d), state.expected(j), state.mark(j)))
         # Over SFTP, reads and commits go over the workers' channels; a local source's calls stay in this
         # thread (a daemon thread in sej-hub): one stuck in the kernel must not hold up the process's exit,
         # as a pool thread would.
@@ -536,6 +568,9 @@ def copy_all(
                     work = _rolled_over(lister, grown, state, stalled)
                 if not work:
                     break
+            with took("commit"):  # the deferred commits now due; on stop, all of them
+                _commit_pending(spread if remote else lister.many, state, reader, outcomes, client_id,
+                                everything=stop is not None and stop.is_set())  # fmt: skip
         log.debug("%s: %d journals, %d probed unchanged; %s", lister.describe(""), len(journals), unchanged,
                   took)  # fmt: skip
         return [outcomes[j] for j in journals if j in outcomes]
@@ -604,7 +639,7 @@ def _rolled_over(lister: Source, grown: list[_Plan], state: CopyState, stalled: 
     out = []
     for p, t, got in zip(grown, tails, lister.many(calls) if calls else [], strict=True):
         if (got is not None and segment_name(t.next_offset) != t.segment) or p.journal in stalled:
-            out.append(_Plan(p.journal, p.dest_dir, t, state.committed.get(p.journal), state.mark(p.journal)))
+            out.append(_Plan(p.journal, p.dest_dir, t, state.expected(p.journal), state.mark(p.journal)))
     return out
 
 
@@ -740,16 +775,19 @@ def _commit(
     outcomes: dict[str, JournalOutcome],
     client_id: str,
 ) -> None:
-    """Commit the hub offsets the copies asked for, all at once (each copy has been fsynced)."""
+    """Commit the hub offsets the copies asked for, all at once (each copy has been fsynced); those of journals
+    committed less than state.commit_interval ago wait (`_commit_pending`)."""
     calls: list[Call] = []
     asked: list[tuple[_Plan, JournalOutcome, int]] = []
+    now = time.monotonic()
     for p, o, src in done:
         if o.result is not None:
             state.remember(o.result)
         if src.commit is not None:
-            calls.append(("commit_offset", p.journal, reader, src.commit))
-            asked.append((p, o, src.commit))
-        elif o.result is not None and p.committed is not None:
+            if not state.defer(p.journal, src.commit, now):
+                calls.append(("commit_offset", p.journal, reader, src.commit))
+                asked.append((p, o, src.commit))
+        elif o.result is not None and p.committed is not None and p.journal not in state.pending:
             state.remember_committed(p.journal, p.committed)
     for (p, _o, value), got in zip(asked, many(calls), strict=True):
         if isinstance(got, BaseException):
@@ -757,7 +795,31 @@ def _commit(
             state.remember_committed(p.journal, None)
             outcomes[p.journal] = outcomes[p.journal]._replace(error=got)  # copied (and counted), not committed
         else:
-            state.remember_committed(p.journal, value)
+            state.remember_committed(p.journal, value, at=now)
+
+
+def _commit_pending(
+    many: Callable[[list[Call]], list[Any]],
+    state: CopyState,
+    reader: str,
+    outcomes: dict[str, JournalOutcome],
+    client_id: str,
+    everything: bool,
+) -> None:
+    """Commit the deferred hub offsets that are due (`everything`: all), all at once."""
+    now = time.monotonic()
+    due = state.due(now, everything)
+    if not due:
+        return
+    calls: list[Call] = [("commit_offset", j, reader, value) for j, value in due]
+    for (j, value), got in zip(due, many(calls), strict=True):
+        if isinstance(got, BaseException):
+            log.error("%s", got, extra={"client": client_id, "journal": j, "committing": value})
+            state.remember_committed(j, None)
+            if j in outcomes:
+                outcomes[j] = outcomes[j]._replace(error=got)
+        else:
+            state.remember_committed(j, value, at=now)
 
 
 __all__ = ["CopyState", "JournalOutcome", "Prefetched", "Tail", "copy_all", "state_file"]

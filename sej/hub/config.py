@@ -3,6 +3,7 @@
     hub_root = "/var/lib/sej-hub"        # required: where `<client-id>.<journal>` copies go
     hub_name = "hub"                     # the reader offset the hub commits on every producer
     poll_interval = 1.0                  # a pass starts every poll_interval seconds (forever mode)
+    commit_interval = 5.0                # the hub offset on a producer lags its copy by at most this (daemon)
     workers = 4                          # journals copied at once, per client
     backoff_max = 60.0                   # longest wait before retrying a failed client
     metrics_listen = "127.0.0.1:9108"    # optional, off by default: /metrics (Prometheus) and /health
@@ -54,8 +55,8 @@ _USER_RE = re.compile(r"\A[A-Za-z0-9_.][A-Za-z0-9_.$-]*\Z")
 _SECRET_KEYS = ("password", "passwd", "passphrase", "secret")
 """Keys whose values are never echoed back, in case someone tried to put a password in the file."""
 
-TOP_KEYS = ("hub_root", "hub_name", "poll_interval", "workers", "backoff_max", "metrics_listen", "health_max_age",
-            "log_format", "client")  # fmt: skip
+TOP_KEYS = ("hub_root", "hub_name", "poll_interval", "commit_interval", "workers", "backoff_max", "metrics_listen",
+            "health_max_age", "log_format", "client")  # fmt: skip
 LOG_FORMATS = ("text", "json")
 HEALTH_MIN_AGE = 30.0
 """The shortest default of health_max_age (seconds); it is at least 10 poll intervals."""
@@ -103,6 +104,7 @@ class HubConfig:
     clients: tuple[ClientConfig, ...]
     hub_name: str = "hub"
     poll_interval: float = 1.0
+    commit_interval: float = 5.0  # the daemon commits a journal's hub offset on the producer at most this often
     workers: int = 4
     backoff_max: float = 60.0
     metrics_listen: tuple[str, int] | None = None  # (host, port) of /metrics and /health; None: off
@@ -161,6 +163,7 @@ def parse_config(data: dict[str, Any], base_dir: str | None = None, where: str =
     hub_root = _local_path(data["hub_root"], "hub_root", where, base)
     hub_name = _checked(data.get("hub_name", "hub"), "hub_name", where, check_reader_name)
     poll_interval = _seconds(data.get("poll_interval", 1.0), "poll_interval", where)
+    commit_interval = _seconds(data.get("commit_interval", 5.0), "commit_interval", where, zero=True)
     workers = data.get("workers", 4)
     if not isinstance(workers, int) or isinstance(workers, bool) or not 1 <= workers <= MAX_WORKERS:
         raise _bad(where, "workers", workers, f"must be an integer from 1 to {MAX_WORKERS}")
@@ -194,6 +197,7 @@ def parse_config(data: dict[str, Any], base_dir: str | None = None, where: str =
         clients=tuple(clients),
         hub_name=hub_name,
         poll_interval=poll_interval,
+        commit_interval=commit_interval,
         workers=workers,
         backoff_max=backoff_max,
         metrics_listen=metrics_listen,
@@ -281,14 +285,16 @@ def _checked(value: object, key: str, where: str, check: Any) -> Any:
         raise InvalidArgumentError(f"{where}: {key} = {_show(value)}: {e}") from None
 
 
-def _seconds(value: object, key: str, where: str) -> float:
+def _seconds(value: object, key: str, where: str, zero: bool = False) -> float:
     if (
         not isinstance(value, (int, float))
         or isinstance(value, bool)
         or not math.isfinite(value)
-        or not 0 < value <= MAX_SECONDS
+        or not (value >= 0 if zero else value > 0)
+        or value > MAX_SECONDS
     ):
-        raise _bad(where, key, value, f"must be a number of seconds, more than 0 and at most {MAX_SECONDS:g}")
+        least = "at least 0" if zero else "more than 0"
+        raise _bad(where, key, value, f"must be a number of seconds, {least} and at most {MAX_SECONDS:g}")
     return float(value)
 
 

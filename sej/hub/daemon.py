@@ -596,6 +596,8 @@ class Hub:
             cfg.poll_interval,
         )
         self.status.forget_others()
+        for c in self._clients:  # run_once commits every pass's offsets; passes after passes defer them
+            c.state.commit_interval = cfg.commit_interval
         threads = [
             threading.Thread(
                 target=self._loop, args=(c, stop, on_report), name=f"sej-hub-{c.cfg.client_id}", daemon=True
@@ -673,6 +675,10 @@ class Hub:
                 # Passes start every poll_interval: after a long pass (much to copy), the next starts at once.
                 delay = max(0.0, cfg.poll_interval - (time.monotonic() - started))
             stop.wait(delay)
+        if client.state.pending and (client.remote is not None or client.cfg.origin.is_local):
+            # The hub offsets commit_interval deferred: a last pass (copying nothing after stop) commits them,
+            # so that the producer's retention knows all that was copied. Over a lost connection, it is not tried.
+            self._pass(client, stop, logging.DEBUG)
         summary()  # also when the stop came during the wait: what was copied since the last one is told
 
     def close(self) -> None:
