@@ -219,9 +219,9 @@ def serve_forever(config: HubConfig, stop: threading.Event) -> None:
 def cli(config_path: str, once: bool, log_level: str | None) -> int:
     """Copy producers' journals into the hub root, exactly once: the sej hub daemon.
 
-    Reads FILE (hub.toml: hub_root, hub_name, poll_interval, workers,
-    backoff_max, metrics_listen, health_max_age, log_format and [[client]]
-    entries). Without --once it runs until SIGTERM or SIGINT, which let the
+    Reads FILE (hub.toml: hub_root, hub_name, poll_interval, commit_interval,
+    workers, backoff_max, metrics_listen, health_max_age, log_format and
+    [[client]] entries). Without --once it runs until SIGTERM or SIGINT, which let the
     current chunks finish; with metrics_listen it serves /metrics (Prometheus)
     and /health; under systemd (Type=notify) it sends READY=1 once the first
     connections were attempted, and WATCHDOG=1 while its passes make progress.
