@@ -1217,3 +1217,19 @@ def test_deferred_commits_wait_for_commit_interval_and_cost_no_listing(tmp_path:
     stop.set()
     copy_all(lambda: Listing(src), hub, "c1", "hub", state=state, stop=stop)
     assert on_source() == hub_next() and state.pending == {}
+    # A pending offset whose hub copy changed since is not committed (not even on stop): the next pass copies
+    # that journal again and commits its own next offset.
+    produce(src, 40, seed=5)
+    copy_all(lambda: Listing(src), hub, "c1", "hub", state=state)
+    lost = sorted(state.pending)[0]
+    before = on_source()
+    shutil.rmtree(os.path.join(hub, f"c1.{lost}"))
+    copy_all(lambda: Listing(src), hub, "c1", "hub", state=state, stop=stop)
+    assert on_source()[lost] == before[lost] and lost not in state.pending
+    assert {j: v for j, v in on_source().items() if j != lost} == {j: v for j, v in hub_next().items() if j != lost}
+    copy_all(lambda: Listing(src), hub, "c1", "hub", state=state)
+    assert_identical(src, hub)
+    assert state.pending == {lost: hub_next()[lost]}  # committed 0.5-1 commit_interval after its last commit
+    state.commit_interval = 0.0
+    copy_all(lambda: Listing(src), hub, "c1", "hub", state=state)
+    assert on_source() == hub_next() and state.pending == {}

@@ -544,7 +544,8 @@ def test_run_forever_defers_the_offset_on_the_producer_and_commits_it_on_stop(tm
     hub_root = Path(config.hub_root)
     stop = threading.Event()
     reports: list[ClientReport] = []
-    t = threading.Thread(target=Hub(config).run_forever, args=(stop, reports.append), daemon=True)
+    hub = Hub(config)
+    t = threading.Thread(target=hub.run_forever, args=(stop, reports.append), daemon=True)
     t.start()
     try:
         wait_for(holds(lambda: assert_identical(src, hub_root, "c")), 5, "the first copy, committed at once")
@@ -559,6 +560,10 @@ def test_run_forever_defers_the_offset_on_the_producer_and_commits_it_on_stop(tm
         t.join(scaled(5))
     assert not t.is_alive()
     assert_identical(src, hub_root, "c")  # committed on stop
+    make_root(src, 20, bit=1, start=40)
+    (report,) = hub.run_once()  # one pass: it commits what it copies
+    assert report.ok and report.messages == 20
+    assert_identical(src, hub_root, "c")
 
 
 # -- the sej-hub console script ------------------------------------------------------------------------

@@ -501,7 +501,8 @@ def copy_all(
         with took("probe"):
             work = _probe(lister, plans, outcomes)
         unchanged = len(plans) - len(work)
-        with (ThreadPoolExecutor(max_workers=max(1, min(workers, len(work) or 1))) as pool,
+        calls_at_most = max(len(work), len(state.pending))  # channels: a pass's copies, or its commits due
+        with (ThreadPoolExecutor(max_workers=max(1, min(workers, calls_at_most))) as pool,
               ThreadPoolExecutor(max_workers=max(1, min(workers, COPY_THREADS))) as local_pool):  # fmt: skip
 
             def one(p: _Plan, synced: SyncBatch | None) -> tuple[_Plan, JournalOutcome, Prefetched]:
@@ -584,6 +585,17 @@ def copy_all(
             finally:
                 if own_destinations:
                     destinations.close()
+
+
+def commit_pending(make_source: Callable[[], Source], state: CopyState, reader: str, client_id: str) -> None:
+    """Commit every deferred hub offset of `state` (sej-hub, on stop), without a pass: over one source."""
+    if not state.pending:
+        return
+    src = make_source()
+    try:
+        _commit_pending(src.many, state, reader, {}, client_id, everything=True)
+    finally:
+        src.close()
 
 
 def _probe(lister: Source, plans: list[_Plan], outcomes: dict[str, JournalOutcome]) -> list[_Plan]:
@@ -806,8 +818,11 @@ def _commit_pending(
     client_id: str,
     everything: bool,
 ) -> None:
-    """Commit the deferred hub offsets that are due (`everything`: all), all at once."""
+    """Commit the deferred hub offsets that are due (`everything`: all), all at once. One whose hub copy changed
+    since (its tail was dropped: cut back, removed) is not committed: the next pass lists it and commits its own."""
     now = time.monotonic()
+    for j in [j for j in state.pending if j not in state.tails]:
+        del state.pending[j]
     due = state.due(now, everything)
     if not due:
         return
@@ -822,4 +837,4 @@ def _commit_pending(
             state.remember_committed(j, value, at=now)
 
 
-__all__ = ["CopyState", "JournalOutcome", "Prefetched", "Tail", "copy_all", "state_file"]
+__all__ = ["CopyState", "JournalOutcome", "Prefetched", "Tail", "commit_pending", "copy_all", "state_file"]

@@ -39,7 +39,7 @@ from typing import IO, Any
 from ..errors import ChecksumError, CorruptionError, SejError
 from ..layout import HUB_LOCK
 from ..lock import lock_file
-from .batch import CopyState, JournalOutcome, copy_all
+from .batch import CopyState, JournalOutcome, commit_pending, copy_all
 from .config import ClientConfig, HubConfig
 from .copy import CopyError, Destinations, open_journals
 from .location import Sources, open_sources, transport_errors
@@ -364,6 +364,34 @@ class _Client:
         finally:
             self.beat = None
 
+    def commit_pending(self, stop: threading.Event) -> None:
+        """Commit the hub offsets commit_interval deferred (after the last pass, on stop), so that the producer's
+        retention knows all that was copied; bounded as a pass is. Not tried over a lost connection (the next
+        start lists those journals and commits them), nor while an abandoned pass still runs."""
+        busy = self._pass
+        if not self.state.pending or (busy is not None and busy.is_alive()):
+            return
+        if not self.cfg.origin.is_local and (self.remote is None or not self.remote.alive()):
+            return
+        cid = self.cfg.client_id
+        box: list[ClientReport] = []
+
+        def run() -> None:
+            report = ClientReport(cid)
+            try:
+                commit_pending(self._sources(), self.state, self.hub.hub_name, cid)
+            except Exception as e:
+                report.error = e
+                self.log.error("client %s: committing the deferred offsets: %s", cid, error_text(e))
+            box.append(report)
+
+        t = self._pass = threading.Thread(target=run, name=f"sej-hub-commit-{cid}", daemon=True)
+        started = self.beat = self.progress = time.monotonic()
+        try:
+            self._supervise(t, box, stop, started)
+        finally:
+            self.beat = None
+
     def _supervise(self, t: threading.Thread, box: list[ClientReport], stop: threading.Event,
                    started: float) -> ClientReport:  # fmt: skip
         cid = self.cfg.client_id
@@ -621,7 +649,8 @@ class Hub:
                 log.info("stopping: finishing the current chunks")
             finally:
                 stop.set()
-                limit = STOP_TIMEOUT + ABANDON_GRACE + 1  # run_pass_bounded gives up within the first two
+                # run_pass_bounded gives up within STOP_TIMEOUT + ABANDON_GRACE, and so does commit_pending after it
+                limit = 2 * (STOP_TIMEOUT + ABANDON_GRACE) + 1
                 deadline = time.monotonic() + limit
                 for t in threads:
                     if t.ident is not None:
@@ -631,6 +660,7 @@ class Hub:
                     log.warning("still busy after %gs, leaving anyway: %s", limit, ", ".join(busy))
                 self.close()
                 for c in self._clients:
+                    c.state.commit_interval = 0.0  # a later run_once commits on every pass again
                     self.status.connected(c.cfg.client_id, False)
                 self.status.write()
                 log.info("hub stopped")
@@ -675,10 +705,7 @@ class Hub:
                 # Passes start every poll_interval: after a long pass (much to copy), the next starts at once.
                 delay = max(0.0, cfg.poll_interval - (time.monotonic() - started))
             stop.wait(delay)
-        if client.state.pending and (client.remote is not None or client.cfg.origin.is_local):
-            # The hub offsets commit_interval deferred: a last pass (copying nothing after stop) commits them,
-            # so that the producer's retention knows all that was copied. Over a lost connection, it is not tried.
-            self._pass(client, stop, logging.DEBUG)
+        client.commit_pending(stop)
         summary()  # also when the stop came during the wait: what was copied since the last one is told
 
     def close(self) -> None:
