@@ -568,3 +568,38 @@ def test_parse_record_refuses_deep_nesting_and_non_finite_numbers() -> None:
             "errors": {}, "journals": {}, "last_success": float("inf")}  # fmt: skip
     with pytest.raises(ValueError, match="last_success"):
         parse_record(json.dumps(good).encode(), "a")
+
+
+def test_a_journal_gone_from_its_producer_leaves_the_metrics_and_the_status_record(tmp_path: Path) -> None:
+    """A complete pass that no longer finds a journal forgets it (its lag would otherwise stay on the dashboards);
+    a pass stopped partway, or one whose client failed, forgets nothing."""
+    from sej.hub.daemon import Hub
+    from sej.hub.metrics import HubCollector
+
+    src = tmp_path / "src"
+    with sej.ShardedWriter(src, "ev", shard_bit=1) as w:
+        for i in range(20):
+            w.append(b"m%d" % i, key=b"k%d" % i)
+    config = loads_config(f'hub_root = "{tmp_path / "hub"}"\n[[client]]\nclient_id = "a"\nlocal_root = "{src}"\n')
+
+    def journals_in_metrics(hub: Hub) -> set[str]:
+        return {s.labels["journal"] for f in HubCollector(hub.status).collect() if f.name == "sej_hub_next_offset"
+                for s in f.samples}  # fmt: skip
+
+    def journals_in_record() -> set[str]:
+        doc = json.loads((tmp_path / "hub" / ".sej-hub" / "a.json").read_text())
+        return set(doc["journals"])
+
+    with Hub(config) as hub:
+        (report,) = hub.run_once()
+        assert report.ok and report.complete
+        assert journals_in_metrics(hub) == journals_in_record() == {"ev.1.000", "ev.1.001"}
+        os.rename(src / "ev.1.001", tmp_path / "moved")  # the producer removed a shard
+        hub.status.record("a", [], 0.01, None, complete=False)  # a pass that saw nothing of it: forgets nothing
+        assert journals_in_metrics(hub) == {"ev.1.000", "ev.1.001"}
+        (report,) = hub.run_once()
+        assert report.ok and report.complete
+        assert journals_in_metrics(hub) == journals_in_record() == {"ev.1.000"}
+        os.rename(src, tmp_path / "src-gone")  # the whole root: the client fails, and its journals stay known
+        (report,) = hub.run_once()
+        assert report.client_failed and journals_in_metrics(hub) == {"ev.1.000"}

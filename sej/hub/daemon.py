@@ -127,6 +127,7 @@ class ClientReport:
     error: BaseException | None = None  # the client failed as a whole (connect, list, missing root)
     connection_lost: bool = False  # the SSH connection was gone after the pass
     seconds: float = 0.0
+    complete: bool = False  # the pass saw every journal of the client (it was not stopped, nor failed as a whole)
 
     @property
     def ok(self) -> bool:
@@ -479,6 +480,7 @@ class _Client:
             report.outcomes = copy_all(make_source, self.hub.hub_root, cid, self.hub.hub_name, self.hub.workers, stop,
                                        on_bytes=self._copied, on_skip=self._tell_skip, state=self.state,
                                        destinations=self.destinations)  # fmt: skip
+            report.complete = not stop.is_set()
             if not report.outcomes and not self.told_empty:
                 self.told_empty = True
                 self.log.warning("client %s: no journal found at %s", cid, self.label)
@@ -551,7 +553,8 @@ class Hub:
         try:
             local = client.cfg.is_local
             self.status.connected(client.cfg.client_id, local or client.remote is not None)
-            self.status.record(client.cfg.client_id, report.journal_passes(), report.seconds, report.client_error())
+            self.status.record(client.cfg.client_id, report.journal_passes(), report.seconds, report.client_error(),
+                               complete=report.complete)  # fmt: skip
         except Exception:  # the status is for operators: its failure must not stop the copies
             log.exception("client %s: recording the pass's status", client.cfg.client_id)
         return report

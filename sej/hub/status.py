@@ -149,8 +149,10 @@ class StatusBook:
                 self._dirty.add(client_id)
 
     def record(self, client_id: str, journals: list[JournalPass], seconds: float,
-               client_error: tuple[str, str] | None = None) -> None:  # fmt: skip
-        """A pass ended: its journals, how long it took, and (kind, message) if the client failed as a whole."""
+               client_error: tuple[str, str] | None = None, complete: bool = False) -> None:  # fmt: skip
+        """A pass ended: its journals, how long it took, and (kind, message) if the client failed as a whole.
+        A `complete` pass saw every journal the client has: the others are gone from it, and are forgotten (their
+        metrics too, else a removed journal's last lag would stay on the dashboards)."""
         now = self.clock()
         with self._lock:
             c = self._clients[client_id]
@@ -187,6 +189,11 @@ class StatusBook:
                 j.error = None
                 if jp.producer_next is not None or jp.lag_bytes is not None:
                     j.producer_next, j.lag, j.lag_bytes = jp.producer_next, jp.lag, jp.lag_bytes
+            if complete and client_error is None:
+                seen = {jp.journal for jp in journals}
+                for gone in [name for name in c.journals if name not in seen]:
+                    del c.journals[gone]
+                    changed = True
             if ok:
                 c.last_success = now
                 c.last_error = None
