@@ -694,6 +694,35 @@ def test_journals_waiting_for_a_syncfs_stay_within_the_process_limit(tmp_path, m
         assert read_offset_file(os.path.join(src, j, "ofs", "hub.ofs")) == sej.next_offset(os.path.join(hub, f"c1.{j}"))
 
 
+def test_a_batch_finding_every_slot_held_by_another_makes_its_copies_durable_by_itself(tmp_path, monkeypatch) -> None:
+    """When other batches hold every slot (a pass stuck behind a hung producer holds its journals until the
+    watchdog ends it), a pass holding none waits SLOT_WAIT once, then fsyncs its copies itself: it is not held up."""
+    import sej.hub.copy as hub_copy
+
+    slots = threading.BoundedSemaphore(1)
+    monkeypatch.setattr(hub_copy, "_pending_slots", slots)
+    fsynced = []
+    real = hub_copy._Destination.sync_all
+    monkeypatch.setattr(hub_copy._Destination, "sync_all", lambda d: (fsynced.append(d.dir), real(d))[1])
+    src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
+    with sej.ShardedWriter(src, "p", shard_bit=5) as w:  # 32 journals: a batched round (SYNCFS_FROM)
+        for i in range(320):
+            w.append(b"m%d" % i, key=b"k%d" % i)
+    assert slots.acquire(blocking=False)  # the stuck batch's: every slot
+    box = []
+    t = threading.Thread(target=lambda: box.append(copy_all(lambda: LocalSource(src), hub, "c1", "hub")), daemon=True)
+    t.start()
+    t.join(scaled(10))
+    assert not t.is_alive(), "the pass waited for a slot no batch gave back"
+    slots.release()
+    (out,) = box
+    assert len(out) == 32 and all(o.error is None for o in out)
+    assert sorted(fsynced) == sorted(os.path.join(hub, f"c1.{j}") for j in os.listdir(src))  # each by itself
+    assert_identical(src, hub)
+    for j in os.listdir(src):
+        assert read_offset_file(os.path.join(src, j, "ofs", "hub.ofs")) == sej.next_offset(os.path.join(hub, f"c1.{j}"))
+
+
 # -- the command ---------------------------------------------------------------------------------
 
 

@@ -414,6 +414,11 @@ each): a batch that reaches it syncs what it holds early (or waits for the other
 
 _pending_slots = threading.BoundedSemaphore(PENDING_LIMIT)
 
+SLOT_WAIT = 1.0
+"""Seconds a batch holding no journal waits, once, for the other batches to free a slot; then (and for the rest of
+the batch) a copy that finds none is made durable by itself, with fsyncs: a batch stuck behind a hung producer
+must not hold up the passes of the others."""
+
 
 class SyncBatch:
     """Copies made durable together by one syncfs of the hub's file system, not an fsync each (a pass's).
@@ -438,13 +443,25 @@ class SyncBatch:
         self.failed: set[str] = set()
         """Those whose copies could not be made durable (by an early sync, or by `sync`)."""
         self._error: OSError | None = None
+        self._waited = False
 
     def add(self, dest: _Destination) -> None:
-        """Hold `dest` until the sync (it needs_sync). Blocks while the process holds PENDING_LIMIT."""
+        """Hold `dest` until the sync (it needs_sync). While the process holds PENDING_LIMIT, the batch syncs what
+        it holds early; holding none, it waits for the other batches (SLOT_WAIT), else syncs `dest` by itself."""
         while not _pending_slots.acquire(blocking=False):
-            if not self._flush():  # none of ours to sync: wait for the other batches to sync theirs
-                _pending_slots.acquire()
+            if self._flush():
+                continue
+            if not self._waited and _pending_slots.acquire(timeout=SLOT_WAIT):
                 break
+            self._waited = True
+            with self._lock:
+                self.dirs.add(dest.dir)
+            try:
+                self._sync([dest], alone=True)
+            except OSError as e:
+                self._error = self._error or e
+                self.failed.add(dest.dir)
+            return
         with self._lock:
             self._pending.append(dest)
             self.dirs.add(dest.dir)
@@ -462,11 +479,12 @@ class SyncBatch:
                 self.failed.update(d.dir for d in pending)
             return True
 
-    def _sync(self, pending: list[_Destination]) -> None:
-        """Make `pending` durable, then give each back (or close it); each slot is released."""
+    def _sync(self, pending: list[_Destination], alone: bool = False) -> None:
+        """Make `pending` durable, then give each back (or close it); each slot is released (`alone`: they hold
+        none, and are fsynced each)."""
         try:
             try:
-                others = [d for d in pending if d.dev != self._dev]
+                others = pending if alone else [d for d in pending if d.dev != self._dev]
                 if len(others) < len(pending):
                     sync_file_system(self._fd)
                 for d in others:
@@ -492,7 +510,7 @@ class SyncBatch:
                     log.warning("%s: closing the hub's journal after its sync: %s", d.dir, e)
                     d.drop()
         finally:
-            for _ in pending:
+            for _ in () if alone else pending:
                 _pending_slots.release()
 
     def sync(self) -> None:
