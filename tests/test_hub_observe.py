@@ -600,6 +600,21 @@ def test_a_journal_gone_from_its_producer_leaves_the_metrics_and_the_status_reco
         (report,) = hub.run_once()
         assert report.ok and report.complete
         assert journals_in_metrics(hub) == journals_in_record() == {"ev.1.000"}
+        # `sej hub status` shows the hub's copy of the removed journal as gone: not a lag --max-lag would flag.
+        r = sej_status(tmp_path / "hub", "--max-lag", "0", "--json")
+        assert r.returncode == 0, r.stderr
+        rows = {row["journal"]: row for row in json.loads(r.stdout)["journals"]}
+        assert rows["ev.1.001"]["gone"] and rows["ev.1.001"]["error"] is None and not rows["ev.1.000"]["gone"]
+        text = sej_status(tmp_path / "hub")
+        assert text.returncode == 0 and re.search(r"ev\.1\.001 +\d+ +gone ", text.stdout), text.stdout
         os.rename(src, tmp_path / "src-gone")  # the whole root: the client fails, and its journals stay known
         (report,) = hub.run_once()
         assert report.client_failed and journals_in_metrics(hub) == {"ev.1.000"}
+    os.rename(tmp_path / "src-gone", src)
+    with Hub(config) as hub:  # a restarted hub knows nothing of ev.1.001: its first complete pass says it is gone
+        (report,) = hub.run_once()
+        assert report.ok and journals_in_record() == {"ev.1.000"}
+    r = sej_status(tmp_path / "hub", "--max-lag", "0", "--json")
+    assert r.returncode == 0 and [row["journal"] for row in json.loads(r.stdout)["journals"] if row["gone"]] == [
+        "ev.1.001"
+    ], r.stdout + r.stderr

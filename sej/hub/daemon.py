@@ -128,6 +128,7 @@ class ClientReport:
     connection_lost: bool = False  # the SSH connection was gone after the pass
     seconds: float = 0.0
     complete: bool = False  # the pass saw every journal of the client (it was not stopped, nor failed as a whole)
+    skipped: set[str] = field(default_factory=set)  # directories of the root the pass did not take for journals
 
     @property
     def ok(self) -> bool:
@@ -477,8 +478,13 @@ class _Client:
         started = time.monotonic()
         try:
             make_source = self._sources()
+
+            def on_skip(name: str, why: str) -> None:
+                report.skipped.add(name)
+                self._tell_skip(name, why)
+
             report.outcomes = copy_all(make_source, self.hub.hub_root, cid, self.hub.hub_name, self.hub.workers, stop,
-                                       on_bytes=self._copied, on_skip=self._tell_skip, state=self.state,
+                                       on_bytes=self._copied, on_skip=on_skip, state=self.state,
                                        destinations=self.destinations)  # fmt: skip
             report.complete = not stop.is_set()
             if not report.outcomes and not self.told_empty:
@@ -554,7 +560,7 @@ class Hub:
             local = client.cfg.is_local
             self.status.connected(client.cfg.client_id, local or client.remote is not None)
             self.status.record(client.cfg.client_id, report.journal_passes(), report.seconds, report.client_error(),
-                               complete=report.complete)  # fmt: skip
+                               complete=report.complete, skipped=report.skipped)  # fmt: skip
         except Exception:  # the status is for operators: its failure must not stop the copies
             log.exception("client %s: recording the pass's status", client.cfg.client_id)
         return report

@@ -76,6 +76,9 @@ class ClientStatus:
     errors: dict[str, int] = field(default_factory=dict)  # kind -> count since the daemon started
     last_error: str | None = None
     journals: dict[str, JournalStatus] = field(default_factory=dict)
+    # The journals are all the producer had at the last complete pass: a hub copy of this client without an entry
+    # is of a journal gone from the producer (not one no pass has seen yet).
+    listed: bool = False
     pass_buckets: list[int] = field(default_factory=lambda: [0] * len(PASS_BUCKETS))  # not cumulative; +Inf apart
     pass_seconds_sum: float = 0.0
     written: float | None = None  # read from a record: when the daemon wrote it (wall clock)
@@ -149,10 +152,12 @@ class StatusBook:
                 self._dirty.add(client_id)
 
     def record(self, client_id: str, journals: list[JournalPass], seconds: float,
-               client_error: tuple[str, str] | None = None, complete: bool = False) -> None:  # fmt: skip
+               client_error: tuple[str, str] | None = None, complete: bool = False,
+               skipped: Iterable[str] = ()) -> None:  # fmt: skip
         """A pass ended: its journals, how long it took, and (kind, message) if the client failed as a whole.
-        A `complete` pass saw every journal the client has: the others are gone from it, and are forgotten (their
-        metrics too, else a removed journal's last lag would stay on the dashboards)."""
+        A `complete` pass saw every journal the client has (or `skipped` it: a journal whose jnl/ could not be
+        read is still there): the others are gone from it, and are forgotten (their metrics too, else a removed
+        journal's last lag would stay on the dashboards); the record then says its journals are `listed`."""
         now = self.clock()
         with self._lock:
             c = self._clients[client_id]
@@ -190,10 +195,12 @@ class StatusBook:
                 if jp.producer_next is not None or jp.lag_bytes is not None:
                     j.producer_next, j.lag, j.lag_bytes = jp.producer_next, jp.lag, jp.lag_bytes
             if complete and client_error is None:
-                seen = {jp.journal for jp in journals}
+                seen = {jp.journal for jp in journals} | set(skipped)
                 for gone in [name for name in c.journals if name not in seen]:
                     del c.journals[gone]
                     changed = True
+                changed |= not c.listed
+                c.listed = True
             if ok:
                 c.last_success = now
                 c.last_error = None
@@ -292,6 +299,7 @@ class StatusRow:
     lag_bytes: int | None
     last_success: float | None  # the client's last successful pass (wall clock), from its record
     error: str | None  # the journal's, else the client's last error
+    gone: bool = False  # the hub's copy of a journal the producer no longer has (its record is `listed` without it)
 
 
 @dataclass(frozen=True)
@@ -342,12 +350,13 @@ def read_status(hub_root: str) -> HubStatus:
             problems.append(f"{path}: a journal, but not a hub's <client-id>.<journal>" if dest else
                             f"{path} is a journal, not a hub root of <client-id>.<journal> journals")  # fmt: skip
             continue
-        rows.append(_row(cid, name, path, None, records.get(cid), problems))
+        owner = records.get(cid)
+        rows.append(_row(cid, name, path, None, owner, problems, gone=owner is not None and owner.listed))
     return HubStatus(rows, records, problems)
 
 
 def _row(cid: str, name: str, path: str | None, js: JournalStatus | None, rec: ClientStatus | None,
-         problems: list[str]) -> StatusRow:  # fmt: skip
+         problems: list[str], gone: bool = False) -> StatusRow:  # fmt: skip
     hub_next = None
     if path is not None:
         try:
@@ -356,9 +365,9 @@ def _row(cid: str, name: str, path: str | None, js: JournalStatus | None, rec: C
             problems.append(f"{path}: {e}")
     producer_next = js.producer_next if js is not None else None
     lag, lag_bytes = (js.lag, js.lag_bytes) if js is not None else (None, None)  # as the record's pass found them
-    error = (js.error if js is not None else None) or (rec.last_error if rec is not None else None)
+    error = (js.error if js is not None else None) or (rec.last_error if rec is not None and not gone else None)
     return StatusRow(cid, name, path, hub_next, producer_next, lag, lag_bytes,
-                     rec.last_success if rec is not None else None, error)  # fmt: skip
+                     rec.last_success if rec is not None else None, error, gone)  # fmt: skip
 
 
 def parse_record(data: bytes, client_id: str) -> ClientStatus:
@@ -406,6 +415,7 @@ def parse_record(data: bytes, client_id: str) -> ClientStatus:
         errors=dict(errors),
         last_error=_field(doc, "last_error", str, None),
         journals=journals,
+        listed=_field(doc, "listed", bool, False),
         written=_field(doc, "written", float, None),
         in_pass=_field(doc, "in_pass", bool, False),
         last_progress=_field(doc, "last_progress", float, None),

@@ -94,15 +94,15 @@ def status(hub_root: str, only: str | None, max_lag: int | None, max_age: float 
     for r in rows:
         if r.error is not None and (records.get(r.client_id) is None or records[r.client_id].last_error != r.error):
             bad.append(f"client {r.client_id}, journal {r.journal}: {r.error}")
-        if max_lag is not None and (r.lag is None or r.lag > max_lag):
+        if max_lag is not None and not r.gone and (r.lag is None or r.lag > max_lag):
             bad.append(f"client {r.client_id}, journal {r.journal}: lag {_num(r.lag)} (--max-lag {max_lag})")
     if as_json:
         click.echo(json.dumps({"clients": [_client_doc(cid, records.get(cid), now) for cid in clients],
                                "journals": [_row_doc(r) for r in rows], "problems": bad}))  # fmt: skip
     else:
         headers = ["CLIENT", "JOURNAL", "HUB NEXT", "PRODUCER NEXT", "LAG", "LAG BYTES", "LAST GOOD PASS", "ERROR"]
-        lines = [[r.client_id, r.journal, _num(r.hub_next), _num(r.producer_next), _num(r.lag), _num(r.lag_bytes),
-                  _ago(r.last_success, now), _shown(r.error)] for r in rows]  # fmt: skip
+        lines = [[r.client_id, r.journal, _num(r.hub_next), "gone" if r.gone else _num(r.producer_next), _num(r.lag),
+                  _num(r.lag_bytes), _ago(r.last_success, now), _shown(r.error)] for r in rows]  # fmt: skip
         click.echo(table(headers, lines))
         for cid in clients:
             click.echo(_client_line(cid, records.get(cid), now))
@@ -152,6 +152,7 @@ def _row_doc(r: StatusRow) -> dict[str, Any]:
         "lag_bytes": r.lag_bytes,
         "last_success": r.last_success,
         "error": r.error,
+        "gone": r.gone,  # the producer no longer has this journal (the hub keeps its copy)
     }
 
 
