@@ -790,7 +790,7 @@ def _commit(
     """Commit the hub offsets the copies asked for, all at once (each copy has been fsynced); those of journals
     committed less than state.commit_interval ago wait (`_commit_pending`)."""
     calls: list[Call] = []
-    asked: list[tuple[_Plan, JournalOutcome, int]] = []
+    asked: list[tuple[str, int]] = []
     now = time.monotonic()
     for p, o, src in done:
         if o.result is not None:
@@ -798,16 +798,10 @@ def _commit(
         if src.commit is not None:
             if not state.defer(p.journal, src.commit, now):
                 calls.append(("commit_offset", p.journal, reader, src.commit))
-                asked.append((p, o, src.commit))
+                asked.append((p.journal, src.commit))
         elif o.result is not None and p.committed is not None and p.journal not in state.pending:
             state.remember_committed(p.journal, p.committed)
-    for (p, _o, value), got in zip(asked, many(calls), strict=True):
-        if isinstance(got, BaseException):
-            log.error("%s", got, extra={"client": client_id, "journal": p.journal, "committing": value})
-            state.remember_committed(p.journal, None)
-            outcomes[p.journal] = outcomes[p.journal]._replace(error=got)  # copied (and counted), not committed
-        else:
-            state.remember_committed(p.journal, value, at=now)
+    _committed(state, outcomes, client_id, asked, many(calls), now)
 
 
 def _commit_pending(
@@ -826,8 +820,14 @@ def _commit_pending(
     due = state.due(now, everything)
     if not due:
         return
-    calls: list[Call] = [("commit_offset", j, reader, value) for j, value in due]
-    for (j, value), got in zip(due, many(calls), strict=True):
+    _committed(state, outcomes, client_id, due, many([("commit_offset", j, reader, value) for j, value in due]), now)
+
+
+def _committed(state: CopyState, outcomes: dict[str, JournalOutcome], client_id: str, asked: list[tuple[str, int]],
+               results: list[Any], now: float) -> None:  # fmt: skip
+    """Remember the commits of (journal, hub offset) made at `now`; a failed one is logged and its journal's
+    outcome gets the error (copied and counted, not committed)."""
+    for (j, value), got in zip(asked, results, strict=True):
         if isinstance(got, BaseException):
             log.error("%s", got, extra={"client": client_id, "journal": j, "committing": value})
             state.remember_committed(j, None)

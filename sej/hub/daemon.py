@@ -349,17 +349,22 @@ class _Client:
             err = StalledError(f"a call to {self.label} from an earlier pass has still not returned")
             self.log.error("client %s: %s; not starting another pass", cid, err)
             return ClientReport(cid, error=err)
+        return self._bounded(lambda: self.run_pass(stop, level), "pass", stop)
+
+    def _bounded(self, work: Callable[[], ClientReport], what: str, stop: threading.Event) -> ClientReport:
+        """`work` (which never raises an Exception) in a thread of its own, supervised (`_supervise`)."""
+        cid = self.cfg.client_id
         self._stalled.clear()
         box: list[ClientReport] = []
 
         def run() -> None:
             try:
-                box.append(self.run_pass(stop, level))
-            except BaseException as e:  # run_pass never raises an Exception: this is a bug, say so
-                self.log.exception("client %s: unexpected error in the pass", cid)
+                box.append(work())
+            except BaseException as e:  # work never raises an Exception: this is a bug, say so
+                self.log.exception("client %s: unexpected error in the %s", cid, what)
                 box.append(ClientReport(cid, error=e))
 
-        t = self._pass = threading.Thread(target=run, name=f"sej-hub-pass-{cid}", daemon=True)
+        t = self._pass = threading.Thread(target=run, name=f"sej-hub-{what}-{cid}", daemon=True)
         started = self.beat = self.progress = time.monotonic()
         try:
             return self._supervise(t, box, stop, started)
@@ -376,23 +381,17 @@ class _Client:
         if not self.cfg.origin.is_local and (self.remote is None or not self.remote.alive()):
             return
         cid = self.cfg.client_id
-        box: list[ClientReport] = []
 
-        def run() -> None:
+        def work() -> ClientReport:
             report = ClientReport(cid)
             try:
                 commit_pending(self._sources(), self.state, self.hub.hub_name, cid)
             except Exception as e:
                 report.error = e
                 self.log.error("client %s: committing the deferred offsets: %s", cid, error_text(e))
-            box.append(report)
+            return report
 
-        t = self._pass = threading.Thread(target=run, name=f"sej-hub-commit-{cid}", daemon=True)
-        started = self.beat = self.progress = time.monotonic()
-        try:
-            self._supervise(t, box, stop, started)
-        finally:
-            self.beat = None
+        self._bounded(work, "commit", stop)
 
     def _supervise(self, t: threading.Thread, box: list[ClientReport], stop: threading.Event,
                    started: float) -> ClientReport:  # fmt: skip
