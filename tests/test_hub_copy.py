@@ -1237,7 +1237,8 @@ def test_deferred_commits_wait_for_commit_interval_and_cost_no_listing(tmp_path:
         time.sleep(0.05)
     copy_all(lambda: Listing(src), hub, "c1", "hub", state=state)
     assert on_source() == hub_next() and state.pending == {}
-    # A pass that ends with stop set commits every pending offset, however young.
+    # A pass that ends with stop set commits every pending offset, however young. A changed commit_interval
+    # applies at once to journals already committed (the last ones, 0.1-0.2 s ago, wait again).
     state.commit_interval = 3600.0
     produce(src, 40, seed=2)
     copy_all(lambda: Listing(src), hub, "c1", "hub", state=state)

@@ -142,10 +142,11 @@ class CopyState:
         # not listed again until one of them changes (kept in memory only).
         self.stalled: dict[str, tuple[str, int, int]] = {}
         # Commits deferred (the daemon's commit_interval, 0: none): journal -> the hub offset to commit on the
-        # source, and when each journal's next commit is due (time.monotonic); in memory only.
+        # source, and when each journal was last committed (time.monotonic) with the fraction of commit_interval
+        # after which its next commit is due, so a changed commit_interval applies at once; in memory only.
         self.commit_interval = 0.0
         self.pending: dict[str, int] = {}
-        self.commit_due: dict[str, float] = {}
+        self.commit_due: dict[str, tuple[float, float]] = {}
         self.changed = False
 
     @classmethod
@@ -243,7 +244,7 @@ class CopyState:
     def defer(self, journal: str, value: int, now: float) -> bool:
         """Whether the commit of `value` waits, kept pending: the journal's next commit is not due yet (the first
         one always is)."""
-        if self.commit_interval <= 0 or now >= self.commit_due.get(journal, now):
+        if self.commit_interval <= 0 or self._is_due(journal, now):
             return False
         self.pending[journal] = value
         return True
@@ -251,7 +252,11 @@ class CopyState:
     def due(self, now: float, everything: bool = False) -> list[tuple[str, int]]:
         """The pending commits that are due (`everything`, or no commit_interval: all of them)."""
         every = everything or self.commit_interval <= 0
-        return [(j, v) for j, v in self.pending.items() if every or now >= self.commit_due.get(j, now)]
+        return [(j, v) for j, v in self.pending.items() if every or self._is_due(j, now)]
+
+    def _is_due(self, journal: str, now: float) -> bool:
+        last = self.commit_due.get(journal)
+        return last is None or now >= last[0] + self.commit_interval * last[1]
 
     def remember_committed(self, journal: str, value: int | None, at: float | None = None) -> None:
         """`value` is the hub offset on the source (None: not known); `at`: a commit made then."""
@@ -260,7 +265,7 @@ class CopyState:
         if at is not None:
             # Due again in 1/2 to 1 commit_interval: journals copied together (every one, in a busy pass) spread
             # their commits over the following passes instead of all coming due in one.
-            self.commit_due[journal] = at + self.commit_interval * (0.5 + 0.5 * random.random())
+            self.commit_due[journal] = (at, 0.5 + 0.5 * random.random())
         if self.committed.get(journal) != value:
             if value is None:
                 del self.committed[journal]
