@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 import sej
 from sej.fsutil import syncfs_reports_errors
 from sej.hub import CopyError, LocalSource, Source, copy_all, copy_journal, destination_name
-from sej.hub.batch import state_file
+from sej.hub.batch import CopyState, state_file
 from sej.hub.names import check_journal_name, check_segment_name
 from sej.layout import segment_name
 from sej.offset import read_offset_file
@@ -937,7 +937,7 @@ def test_passes_that_remember_copy_every_change_between_them(rounds: Rounds, seg
 
 
 STATE_DAMAGE = ["none", "none", "missing", "garbage", "truncated", "old version", "bad entries", "stale", "symlink",
-                "other hub sizes", "marks moved", "marks past the hub", "bad marks"]  # fmt: skip
+                "other hub sizes", "marks moved", "marks past the hub", "bad marks", "bad sweeps"]  # fmt: skip
 
 
 @settings(max_examples=30, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
@@ -974,6 +974,12 @@ def damage_state(path: str, how: str, older: bytes | None) -> None:
         for entry in raw["journals"].values():
             entry[1] += 1
         Path(path).write_text(json.dumps(raw))
+    elif how == "bad sweeps":  # when each ofs/ was last swept of stale commit temp files: malformed times are ignored
+        raw = json.loads(Path(path).read_text())
+        raw["swept"] = {"p.2.000": "x", "p.2.001": float("nan"), "../p.2.002": 1.0, "p.2.003": [1], "p.2.002": 1e308}
+        Path(path).write_text(json.dumps(raw))
+        loaded = CopyState.load(path)
+        assert set(loaded.swept) <= {"p.2.002"} and all(loaded.sweep_due(j, time.time()) for j in raw["journals"])
     elif how.startswith("marks") or how == "bad marks":  # where the checksum files were read to (SumsMark)
         raw = json.loads(Path(path).read_text())
         marks = [e[4] for e in raw["journals"].values() if len(e) == 5]  # none when nothing was copied

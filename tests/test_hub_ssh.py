@@ -541,8 +541,11 @@ def test_many_calls_in_flight_give_each_its_own_result_or_error(sshd, tmp_path) 
 
 
 def test_stale_commit_temp_files_left_on_the_producer_are_removed_over_sftp(sshd, tmp_path) -> None:
-    """A hub killed mid-commit leaves `hub.ofs.<hex>.tmp` in the producer's ofs/; the next commit over the same
-    connection clears that journal's stale ones (older than STALE_TEMP_AGE by the server's clock) and nothing else."""
+    """A hub killed mid-commit leaves `hub.ofs.<hex>.tmp` in the producer's ofs/; the next commit clears that
+    journal's stale ones (older than STALE_TEMP_AGE by the server's clock) and nothing else. With a CopyState
+    carried between passes (the daemon's, `sej copy`'s cache), a journal's ofs/ is swept at most once per
+    sweep_every (SWEEP_EVERY), not by every commit."""
+    from sej.hub import CopyState
     from sej.offset import STALE_TEMP_AGE
 
     src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
@@ -563,3 +566,25 @@ def test_stale_commit_temp_files_left_on_the_producer_are_removed_over_sftp(sshd
     assert all(o.error is None for o in copy_over_ssh(sshd, src, hub))
     assert sorted(os.listdir(ofs)) == sorted([*kept, "hub.ofs"])
     assert_identical(src, hub)
+
+    state = CopyState()
+    client = connect_to(sshd)
+    try:
+
+        def copy() -> None:
+            produce(src, 50, seed=len(os.listdir(ofs)))  # every journal changes: each commits
+            assert all(o.error is None for o in copy_all(sftp_sources(client, src, "test"), hub, "c1", "hub",
+                                                         state=state))  # fmt: skip
+            assert_identical(src, hub)
+
+        copy()  # swept now: the next sweep is due in an hour
+        assert set(state.swept) == set(os.listdir(src))
+        (ofs / "hub.ofs.0000000000000001.tmp").write_bytes(b"\0" * 8)
+        os.utime(ofs / "hub.ofs.0000000000000001.tmp", (old, old))
+        copy()
+        assert "hub.ofs.0000000000000001.tmp" in os.listdir(ofs)  # committed, not swept
+        state.sweep_every = 0.0
+        copy()
+        assert sorted(os.listdir(ofs)) == sorted([*kept, "hub.ofs"])
+    finally:
+        client.close()

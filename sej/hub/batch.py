@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import random
 import threading
@@ -62,6 +63,10 @@ fewer are fsynced each, so that a small pass does not write back everything else
 
 PREFETCH_PER_ROUND = 64 << 20
 """Bytes read ahead for all journals at once: a pass handles its journals in rounds of about this much."""
+
+SWEEP_EVERY = 3600.0
+"""Seconds between two sweeps of a journal's ofs/ on the source for the temp files that killed commits left
+(sej.offset.STALE_TEMP_AGE): a sweep lists ofs/, four more requests to a commit's eight."""
 
 
 class JournalOutcome(NamedTuple):
@@ -147,6 +152,9 @@ class CopyState:
         self.commit_interval = 0.0
         self.pending: dict[str, int] = {}
         self.commit_due: dict[str, tuple[float, float]] = {}
+        # When each journal's ofs/ was last swept of stale commit temp files (time.time(), saved), and how often.
+        self.swept: dict[str, float] = {}
+        self.sweep_every = SWEEP_EVERY
         self.changed = False
 
     @classmethod
@@ -175,6 +183,10 @@ class CopyState:
             mark = _load_mark(seg, more[0] if len(more) == 1 else None)
             if mark is not None:
                 state.sums[journal] = mark
+        swept = raw.get("swept") if entries is not None else None
+        for journal, at in (swept if isinstance(swept, dict) else {}).items():
+            if journal in state.tails and type(at) in (int, float) and math.isfinite(at):
+                state.swept[journal] = float(at)
         return state
 
     def save(self) -> None:
@@ -183,7 +195,9 @@ class CopyState:
             return
         entries = {j: [t.segment, t.size, t.next_offset, self.committed.get(j), *_saved_mark(t, self.sums.get(j))]
                    for j, t in self.tails.items()}  # fmt: skip
-        data = json.dumps({"version": STATE_VERSION, "journals": entries}, separators=(",", ":")).encode()
+        swept = {j: at for j, at in self.swept.items() if j in self.tails}
+        data = json.dumps({"version": STATE_VERSION, "journals": entries, "swept": swept},
+                          separators=(",", ":")).encode()  # fmt: skip
         try:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
             try:
@@ -235,6 +249,7 @@ class CopyState:
             self.stalled.pop(gone, None)
             self.pending.pop(gone, None)
             self.commit_due.pop(gone, None)
+            self.swept.pop(gone, None)
             self.changed = True
 
     def expected(self, journal: str) -> int | None:
@@ -253,6 +268,11 @@ class CopyState:
         """The pending commits that are due (`everything`, or no commit_interval: all of them)."""
         every = everything or self.commit_interval <= 0
         return [(j, v) for j, v in self.pending.items() if every or self._is_due(j, now)]
+
+    def sweep_due(self, journal: str, now: float) -> bool:
+        """Whether a commit of `journal` at `now` (time.time()) also sweeps its ofs/ (SWEEP_EVERY, `sweep_every`)."""
+        last = self.swept.get(journal)
+        return last is None or not last <= now < last + self.sweep_every  # also when the clock went back
 
     def _is_due(self, journal: str, now: float) -> bool:
         last = self.commit_due.get(journal)
@@ -350,7 +370,7 @@ class Prefetched:
     def read_offset(self, journal: str, reader: str) -> int | None:
         return self._committed
 
-    def commit_offset(self, journal: str, reader: str, value: int) -> None:
+    def commit_offset(self, journal: str, reader: str, value: int, sweep: bool = True) -> None:
         self.commit = value
 
     def describe(self, journal: str, name: str = "") -> str:
@@ -794,7 +814,6 @@ def _commit(
 ) -> None:
     """Commit the hub offsets the copies asked for, all at once (each copy has been fsynced); those of journals
     committed less than state.commit_interval ago wait (`_commit_pending`)."""
-    calls: list[Call] = []
     asked: list[tuple[str, int]] = []
     now = time.monotonic()
     for p, o, src in done:
@@ -802,11 +821,10 @@ def _commit(
             state.remember(o.result)
         if src.commit is not None:
             if not state.defer(p.journal, src.commit, now):
-                calls.append(("commit_offset", p.journal, reader, src.commit))
                 asked.append((p.journal, src.commit))
         elif o.result is not None and p.committed is not None and p.journal not in state.pending:
             state.remember_committed(p.journal, p.committed)
-    _committed(state, outcomes, client_id, asked, many(calls), now)
+    _commit_now(many, state, reader, outcomes, client_id, asked, now)
 
 
 def _commit_pending(
@@ -822,17 +840,21 @@ def _commit_pending(
     now = time.monotonic()
     for j in [j for j in state.pending if j not in state.tails]:
         del state.pending[j]
-    due = state.due(now, everything)
-    if not due:
+    _commit_now(many, state, reader, outcomes, client_id, state.due(now, everything), now)
+
+
+def _commit_now(many: Callable[[list[Call]], list[Any]], state: CopyState, reader: str,
+                outcomes: dict[str, JournalOutcome], client_id: str, asked: list[tuple[str, int]],
+                now: float) -> None:  # fmt: skip
+    """Commit each (journal, hub offset) of `asked`, all at once, at `now` (time.monotonic()), sweeping the ofs/
+    of those whose sweep is due; remember them. A failed one is logged and its journal's outcome gets the error
+    (copied and counted, not committed)."""
+    if not asked:
         return
-    _committed(state, outcomes, client_id, due, many([("commit_offset", j, reader, value) for j, value in due]), now)
-
-
-def _committed(state: CopyState, outcomes: dict[str, JournalOutcome], client_id: str, asked: list[tuple[str, int]],
-               results: list[Any], now: float) -> None:  # fmt: skip
-    """Remember the commits of (journal, hub offset) made at `now`; a failed one is logged and its journal's
-    outcome gets the error (copied and counted, not committed)."""
-    for (j, value), got in zip(asked, results, strict=True):
+    wall = time.time()
+    sweeps = [state.sweep_due(j, wall) for j, _value in asked]
+    results = many([("commit_offset", j, reader, v, sweep) for (j, v), sweep in zip(asked, sweeps, strict=True)])
+    for (j, value), sweep, got in zip(asked, sweeps, results, strict=True):
         if isinstance(got, BaseException):
             log.error("%s", got, extra={"client": client_id, "journal": j, "committing": value})
             state.remember_committed(j, None)
@@ -840,6 +862,9 @@ def _committed(state: CopyState, outcomes: dict[str, JournalOutcome], client_id:
                 outcomes[j] = outcomes[j]._replace(error=got)
         else:
             state.remember_committed(j, value, at=now)
+            if sweep:
+                state.swept[j] = wall
+                state.changed = True
 
 
 __all__ = ["CopyState", "JournalOutcome", "Prefetched", "Tail", "commit_pending", "copy_all", "state_file"]

@@ -259,9 +259,9 @@ class _Watched:
         with self.client.call():
             return self.src.read_offset(journal, reader)
 
-    def commit_offset(self, journal: str, reader: str, value: int) -> None:
+    def commit_offset(self, journal: str, reader: str, value: int, sweep: bool = True) -> None:
         with self.client.call():
-            self.src.commit_offset(journal, reader, value)
+            self.src.commit_offset(journal, reader, value, sweep)
 
     def describe(self, journal: str, name: str = "") -> str:
         return self.src.describe(journal, name)

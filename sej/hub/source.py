@@ -126,7 +126,10 @@ class Source(Protocol):
 
     def read_offset(self, journal: str, reader: str) -> int | None: ...
 
-    def commit_offset(self, journal: str, reader: str, value: int) -> None: ...
+    def commit_offset(self, journal: str, reader: str, value: int, sweep: bool = True) -> None:
+        """Write the reader's offset file of a journal; with `sweep`, also remove the temp files that killed
+        commits left in its ofs/ (sej.offset.STALE_TEMP_AGE old)."""
+        ...
 
     def describe(self, journal: str, name: str = "") -> str: ...
 
@@ -339,7 +342,7 @@ class LocalSource:
         except CorruptionError:
             return None  # a malformed file is replaced by the next commit
 
-    def commit_offset(self, journal: str, reader: str, value: int) -> None:
+    def commit_offset(self, journal: str, reader: str, value: int, sweep: bool = True) -> None:
         name = offset_file_name(reader)
         with self._dir(journal) as jfd:
             try:
@@ -350,7 +353,8 @@ class LocalSource:
             ofs = open_dir(OFFSET_DIR, dir_fd=jfd, show=where)
             try:
                 write_offset_at(name, value, dir_fd=ofs, show=os.path.join(where, name))
-                remove_stale_temps(ofs)  # of commits that were killed (see sej.offset.STALE_TEMP_AGE)
+                if sweep:
+                    remove_stale_temps(ofs)  # of commits that were killed (see sej.offset.STALE_TEMP_AGE)
             finally:
                 os.close(ofs)
 
@@ -378,12 +382,10 @@ class SftpSource:
 
     remote = True
 
-    def __init__(self, sftp: paramiko.SFTPClient, root: str, label: str, cleaned: set[str] | None = None) -> None:
+    def __init__(self, sftp: paramiko.SFTPClient, root: str, label: str) -> None:
         from .pipeline import Pipeline
 
         self.sftp = sftp
-        # Journals whose ofs/ was cleared of stale commit temp files (shared by the sources of a connection).
-        self._cleaned: set[str] = cleaned if cleaned is not None else set()
         self.label = label  # user@host:port, for messages
         self._errors = _transport_errors()
         self._pipe = Pipeline(sftp)
@@ -499,10 +501,9 @@ class SftpSource:
         path = self._path(journal, OFFSET_DIR, offset_file_name(reader))
         return self._call(self._read_offset(journal, reader), path)
 
-    def commit_offset(self, journal: str, reader: str, value: int) -> None:
-        self._call(
-            self._commit_offset(journal, reader, value), self._path(journal, OFFSET_DIR, offset_file_name(reader))
-        )
+    def commit_offset(self, journal: str, reader: str, value: int, sweep: bool = True) -> None:
+        self._call(self._commit_offset(journal, reader, value, sweep),
+                   self._path(journal, OFFSET_DIR, offset_file_name(reader)))  # fmt: skip
 
     # The operations (sej.hub.pipeline): each yields the requests it needs next.
 
@@ -690,7 +691,7 @@ class SftpSource:
         except CorruptionError:
             return None  # a malformed file is replaced by the next commit (as in LocalSource)
 
-    def _commit_offset(self, journal: str, reader: str, value: int) -> Op[None]:
+    def _commit_offset(self, journal: str, reader: str, value: int, sweep: bool = True) -> Op[None]:
         from paramiko import SFTPAttributes
         from paramiko.sftp import (
             CMD_CLOSE,
@@ -732,8 +733,7 @@ class SftpSource:
         except BaseException:
             yield [(CMD_REMOVE, tmp.encode())]  # our own temp file; an error here changes nothing
             raise
-        if journal not in self._cleaned:  # once per journal and connection: what killed commits left
-            self._cleaned.add(journal)
+        if sweep:  # what killed commits left (the caller says how often: a listing of ofs/ each time)
             try:
                 removed = yield from self._remove_stale_temps(ofs, final)
                 if removed:

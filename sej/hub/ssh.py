@@ -252,8 +252,6 @@ def sftp_sources(
     if transport is None or not transport.is_active():
         raise SshError(f"{label}: the SSH connection is closed")
 
-    cleaned: set[str] = set()  # journals whose stale commit temp files were removed, over this connection
-
     def make() -> SftpSource:
         try:
             sftp = paramiko.SFTPClient.from_transport(transport)
@@ -262,6 +260,6 @@ def sftp_sources(
         if sftp is None:
             raise SshError(f"{label}: cannot open an SFTP channel")
         sftp.get_channel().settimeout(io_timeout)
-        return SftpSource(sftp, root, label, cleaned)
+        return SftpSource(sftp, root, label)
 
     return make
