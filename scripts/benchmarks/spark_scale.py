@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import statistics
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import sej
 
@@ -120,7 +122,7 @@ def bench_spark_scale(cfg: Config, scratch: Path) -> list[Result]:
         times: dict[tuple[int, str, str], list[float]] = {}
         tasks: dict[tuple[int, str], int] = {}
         for n, (root, pq, segs) in roots.items():
-            sources = {
+            sources: dict[str, Callable[..., Any]] = {
                 "parquet": lambda pq=pq: spark.read.parquet(str(pq)),
                 "sej": lambda root=root: spark.read.format("sej").load(str(root)),
                 "sej, one task per segment": lambda root=root: (

@@ -43,7 +43,7 @@ def sqlite_open(db: Path, synchronous: str) -> sqlite3.Connection:
 
 def sqlite_count(conn: sqlite3.Connection) -> int:
     (count,) = conn.execute("SELECT count(*) FROM log").fetchone()
-    return count
+    return int(count)
 
 
 def sqlite_append_many(db: Path, values: list[bytes], batch: int) -> float:
