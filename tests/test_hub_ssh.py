@@ -542,17 +542,22 @@ def test_many_calls_in_flight_give_each_its_own_result_or_error(sshd, tmp_path) 
 
 def test_stale_commit_temp_files_left_on_the_producer_are_removed_over_sftp(sshd, tmp_path) -> None:
     """A hub killed mid-commit leaves `hub.ofs.<hex>.tmp` in the producer's ofs/; the next commit clears that
-    journal's stale ones (older than STALE_TEMP_AGE by the server's clock) and nothing else. With a CopyState
-    carried between passes (the daemon's, `sej copy`'s cache), a journal's ofs/ is swept at most once per
-    sweep_every (SWEEP_EVERY), not by every commit."""
+    journal's stale ones (older than STALE_TEMP_AGE by the server's clock) and nothing else. The hub's first
+    commit on a journal does not look (the next one does). With a CopyState carried between passes (the
+    daemon's, `sej copy`'s cache), a journal's ofs/ is swept at most once per sweep_every (SWEEP_EVERY), not by
+    every commit."""
     from sej.hub import CopyState
     from sej.offset import STALE_TEMP_AGE
 
     src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
     produce(src, 200)
-    assert all(o.error is None for o in copy_over_ssh(sshd, src, hub))
     ofs = Path(src, "p.2.001", "ofs")
     old = time.time() - STALE_TEMP_AGE - 60
+    ofs.mkdir()
+    (ofs / "hub.ofs.0000000000000002.tmp").write_bytes(b"\0" * 8)  # a first commit killed, say
+    os.utime(ofs / "hub.ofs.0000000000000002.tmp", (old, old))
+    assert all(o.error is None for o in copy_over_ssh(sshd, src, hub))
+    assert sorted(os.listdir(ofs)) == ["hub.ofs", "hub.ofs.0000000000000002.tmp"]  # a first commit: no sweep
     stale = [f"hub.ofs.{i:016x}.tmp" for i in range(5)] + ["other.ofs.1234.tmp"]
     kept = {"hub.ofs.00000000000000ff.tmp": "young", "hub.ofs.0000000000000abc.tmp": "dir", "notes.txt": "other"}
     for name in stale:

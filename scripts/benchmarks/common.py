@@ -7,6 +7,7 @@ import os
 import random
 import shutil
 import struct
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -69,6 +70,18 @@ def percentile(sorted_values: list[float], q: float) -> float:
     """Nearest-rank percentile of an ascending list."""
     k = max(0, min(len(sorted_values) - 1, math.ceil(q * len(sorted_values)) - 1))
     return sorted_values[k]
+
+
+def installed_env(scratch: Path, **more: str) -> dict[str, str]:
+    """The environment of a sej process timed as a wheel install runs it: from compiled modules (pip compiles them
+    when it installs; this machine sets PYTHONDONTWRITEBYTECODE, so a checkout would be compiled on every start),
+    cached under `scratch`, not in the checkout, and compiled once here, not in a timed run."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env.update(PYTHONPATH=str(ROOT), PYTHONPYCACHEPREFIX=str(scratch / "pycache"), **more)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "sej")], env=env, check=True)
+    subprocess.run([sys.executable, "-c", "import sej.apps.cli.copy, sej.hub.batch, sej.hub.location, sej.hub.ssh"],
+                   env=env, check=True)  # fmt: skip
+    return env
 
 
 def log(msg: str) -> None:

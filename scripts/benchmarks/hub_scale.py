@@ -16,7 +16,7 @@ from typing import Any
 import sej
 from testing.sshd import Sshd
 
-from .common import KEY, ROOT, Config, fresh, log, percentile
+from .common import KEY, ROOT, Config, fresh, installed_env, log, percentile
 from .hub import _sshd
 from .results import Result, Row, fmt_list, ms, ratio, verdict
 
@@ -70,7 +70,7 @@ class Runner:
     def __init__(self, server: Sshd, rsync: str, src: Path, scratch: Path) -> None:
         self.server, self.rsync_path, self.src = server, rsync, src
         self.cache = scratch / "cache"  # sej copy's $XDG_CACHE_HOME
-        self.env = dict(os.environ, PYTHONPATH=str(ROOT), XDG_CACHE_HOME=str(self.cache))
+        self.env = installed_env(scratch, XDG_CACHE_HOME=str(self.cache))
         self.ssh = " ".join(["ssh", "-p", str(server.port), *server.ssh_options()])
 
     def sej_copy(self, hub: Path) -> float:
@@ -407,7 +407,8 @@ def _result(series: tuple[int, ...], reps: int, rounds: int, times: dict[tuple[i
             f"{MESSAGES} messages of {len(VALUE)} bytes in {SEGMENT >> 10} KiB segments (two sealed segments and an "
             "open one, with their index files) by live writers that stay open. One real OpenSSH sshd on 127.0.0.1. "
             f"`sej copy ssh://… HUB --workers {WORKERS}` (a new process each time: start-up, connection and its "
-            "cache of the last run included) against `rsync -a --append -e ssh …` into its own directory, over the "
+            "cache of the last run included; its modules compiled beforehand, as a wheel install has them) "
+            "against `rsync -a --append -e ssh …` into its own directory, over the "
             "same sshd and key, also with `--fsync` (durable, as the hub is); the page cache is written back "
             "(`os.sync()`) before each run. The hub checks every frame, makes what it wrote durable (over 16 "
             "journals or more, one `syncfs` per layer of segments, which also writes back whatever else is dirty on "

@@ -815,6 +815,7 @@ def _commit(
     """Commit the hub offsets the copies asked for, all at once (each copy has been fsynced); those of journals
     committed less than state.commit_interval ago wait (`_commit_pending`)."""
     asked: list[tuple[str, int]] = []
+    first: set[str] = set()
     now = time.monotonic()
     for p, o, src in done:
         if o.result is not None:
@@ -822,9 +823,11 @@ def _commit(
         if src.commit is not None:
             if not state.defer(p.journal, src.commit, now):
                 asked.append((p.journal, src.commit))
+                if p.committed is None:  # the hub's first commit there: the next one sweeps (see _commit_now)
+                    first.add(p.journal)
         elif o.result is not None and p.committed is not None and p.journal not in state.pending:
             state.remember_committed(p.journal, p.committed)
-    _commit_now(many, state, reader, outcomes, client_id, asked, now)
+    _commit_now(many, state, reader, outcomes, client_id, asked, now, first)
 
 
 def _commit_pending(
@@ -845,14 +848,15 @@ def _commit_pending(
 
 def _commit_now(many: Callable[[list[Call]], list[Any]], state: CopyState, reader: str,
                 outcomes: dict[str, JournalOutcome], client_id: str, asked: list[tuple[str, int]],
-                now: float) -> None:  # fmt: skip
+                now: float, first: set[str] | frozenset[str] = frozenset()) -> None:  # fmt: skip
     """Commit each (journal, hub offset) of `asked`, all at once, at `now` (time.monotonic()), sweeping the ofs/
-    of those whose sweep is due; remember them. A failed one is logged and its journal's outcome gets the error
-    (copied and counted, not committed)."""
+    of those whose sweep is due, except the hub's `first` commits there (an initial copy of a thousand journals
+    saves a listing each; the next commit sweeps); remember them. A failed one is logged and its journal's
+    outcome gets the error (copied and counted, not committed)."""
     if not asked:
         return
     wall = time.time()
-    sweeps = [state.sweep_due(j, wall) for j, _value in asked]
+    sweeps = [j not in first and state.sweep_due(j, wall) for j, _value in asked]
     results = many([("commit_offset", j, reader, v, sweep) for (j, v), sweep in zip(asked, sweeps, strict=True)])
     for (j, value), sweep, got in zip(asked, sweeps, results, strict=True):
         if isinstance(got, BaseException):
