@@ -976,7 +976,8 @@ def damage_state(path: str, how: str, older: bytes | None) -> None:
         Path(path).write_text(json.dumps(raw))
     elif how == "bad sweeps":  # when each ofs/ was last swept of stale commit temp files: malformed times are ignored
         raw = json.loads(Path(path).read_text())
-        raw["swept"] = {"p.2.000": "x", "p.2.001": float("nan"), "../p.2.002": 1.0, "p.2.003": [1], "p.2.002": 1e308}
+        raw["swept"] = {"p.2.000": int("9" * 400), "p.2.001": True, "../p.2.002": 1.0, "p.2.003": 5, "p.2.002": 1e308,
+                        "q.1.001": float("nan"), "p.1.000": "x", "p.1.001": [1], "p.1.002": float("inf")}  # fmt: skip
         Path(path).write_text(json.dumps(raw))
         loaded = CopyState.load(path)
         assert set(loaded.swept) <= {"p.2.002"} and all(loaded.sweep_due(j, time.time()) for j in raw["journals"])
@@ -1059,6 +1060,24 @@ def passes_that_remember(
                 assert os.path.isfile(path) and not os.path.islink(path)  # saved, a regular file again
     finally:
         shutil.rmtree(tmp)
+
+
+def test_sweep_times_go_through_the_state_file_and_leave_with_their_journal(tmp_path) -> None:
+    """When each journal's ofs/ was last swept (CopyState.swept) is saved with `sej copy`'s state and loaded back,
+    so the next run does not sweep again; a journal gone from the source is forgotten with the rest of its state."""
+    src, hub, path = str(tmp_path / "src"), str(tmp_path / "hub"), str(tmp_path / "state.json")
+    produce(src, 40)
+    copy_all(lambda: LocalSource(src), hub, "c1", "hub", state=CopyState.load(path))  # first commits: no sweep
+    assert CopyState.load(path).swept == {}
+    produce(src, 40, seed=1)
+    state = CopyState.load(path)
+    copy_all(lambda: LocalSource(src), hub, "c1", "hub", state=state)
+    assert state.swept and set(state.swept) <= set(os.listdir(src))
+    assert CopyState.load(path).swept == state.swept
+    shutil.rmtree(os.path.join(src, "p.2.000"))
+    state = CopyState.load(path)
+    copy_all(lambda: LocalSource(src), hub, "c1", "hub", state=state)
+    assert "p.2.000" not in state.swept and "p.2.000" not in CopyState.load(path).swept
 
 
 def test_destinations_keep_the_hub_journals_open_between_passes_and_reopen_what_changed_under_them(tmp_path) -> None:
@@ -1235,7 +1254,7 @@ def test_deferred_commits_wait_for_commit_interval_and_cost_no_listing(tmp_path:
     # A short commit_interval: once it has passed, an idle pass commits what waits.
     state.commit_interval = 0.2
     produce(src, 40, seed=3)
-    copy_all(lambda: Listing(src), hub, "c1", "hub", state=state)  # commits (due), then due again in 0.1-0.2 s
+    copy_all(lambda: Listing(src), hub, "c1", "hub", state=state)  # commits if due, else keeps it pending
     produce(src, 40, seed=4)
     copy_all(lambda: Listing(src), hub, "c1", "hub", state=state)
     passed = time.monotonic() + 0.2

@@ -587,7 +587,8 @@ def test_stale_commit_temp_files_left_on_the_producer_are_removed_over_sftp(sshd
         (ofs / "hub.ofs.0000000000000001.tmp").write_bytes(b"\0" * 8)
         os.utime(ofs / "hub.ofs.0000000000000001.tmp", (old, old))
         copy()
-        assert "hub.ofs.0000000000000001.tmp" in os.listdir(ofs)  # committed, not swept
+        assert "hub.ofs.0000000000000001.tmp" in os.listdir(ofs)  # committed, not swept:
+        assert read_offset_file(str(ofs / "hub.ofs")) == sej.next_offset(os.path.join(hub, "c1.p.2.001"))
         state.sweep_every = 0.0
         copy()
         assert sorted(os.listdir(ofs)) == sorted([*kept, "hub.ofs"])

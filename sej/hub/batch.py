@@ -185,8 +185,8 @@ class CopyState:
                 state.sums[journal] = mark
         swept = raw.get("swept") if entries is not None else None
         for journal, at in (swept if isinstance(swept, dict) else {}).items():
-            if journal in state.tails and type(at) in (int, float) and math.isfinite(at):
-                state.swept[journal] = float(at)
+            if journal in state.tails and type(at) is float and math.isfinite(at):  # saved from time.time()
+                state.swept[journal] = at
         return state
 
     def save(self) -> None:
@@ -242,7 +242,8 @@ class CopyState:
 
     def keep_only(self, journals: set[str]) -> None:
         """Forget the journals a pass no longer found on the source."""
-        for gone in (self.tails.keys() | self.committed.keys() | self.sums.keys()) - journals:
+        known = self.tails.keys() | self.committed.keys() | self.sums.keys() | self.stalled.keys()
+        for gone in (known | self.pending.keys() | self.commit_due.keys() | self.swept.keys()) - journals:
             self.tails.pop(gone, None)
             self.committed.pop(gone, None)
             self.sums.pop(gone, None)

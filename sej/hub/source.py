@@ -353,8 +353,11 @@ class LocalSource:
             ofs = open_dir(OFFSET_DIR, dir_fd=jfd, show=where)
             try:
                 write_offset_at(name, value, dir_fd=ofs, show=os.path.join(where, name))
-                if sweep:
-                    remove_stale_temps(ofs)  # of commits that were killed (see sej.offset.STALE_TEMP_AGE)
+                if sweep:  # of commits that were killed (see sej.offset.STALE_TEMP_AGE); best effort, as over SFTP
+                    try:
+                        remove_stale_temps(ofs)
+                    except OSError as e:
+                        log.debug("%s: cannot remove stale temp files: %s", where, e)
             finally:
                 os.close(ofs)
 
