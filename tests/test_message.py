@@ -6,6 +6,8 @@ import random
 import struct
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import sej
 from sej.message import NO_TIMESTAMP, OVERHEAD, decode_batch, encode
@@ -116,3 +118,127 @@ def test_walk_frames_matches_reference_on_damaged_random_journals(seed: int) -> 
     assert (f.problem is None) == (want_end == len(data))
     stamps = [m[1] for m in want if m[1] is not None]
     assert f.max_ts == max(stamps, default=NO_TIMESTAMP)
+
+
+def walk_reference(data: bytes, base: int, offset: int, next_entry: int, interval: int) -> tuple:
+    """walk_frames the obvious way: frame by frame, an index entry at the first frame at or after next_entry."""
+    from sej.frames import frame_at
+
+    p, max_ts, entries = 0, NO_TIMESTAMP, []
+    while (f := frame_at(data, p, len(data), offset)) is not None:
+        _off, ts, _typ, ks, vs = f
+        max_ts = max(max_ts, ts)
+        if base + p >= next_entry:
+            entries.append((offset, base + p, max_ts))
+            next_entry = base + p + interval
+        offset += 1
+        p += OVERHEAD + ks + vs
+    return p, offset, max_ts, next_entry, entries
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    runs=st.lists(st.tuples(st.integers(1, 300), st.integers(0, 5), st.integers(0, 60)), min_size=1, max_size=6),
+    stamps=st.randoms(use_true_random=False),
+    base=st.integers(0, 1 << 40),
+    entry_at=st.integers(-5000, 5000),
+    interval=st.sampled_from([1, 7, 64, 100, 4096]),
+    run_frames=st.sampled_from([1, 2, 3, 5, 300, 2048]),
+    run_bytes=st.sampled_from([1, 100, 1000, 1 << 20]),
+    first=st.sampled_from([0, 7, 250, 65_530, 2**32 - 300, 2**56 - 1000, 2**64 - 4000]),
+    damage=st.lists(st.tuples(st.floats(0, 1, exclude_max=True), st.sampled_from(["flip", "cut", "offset", "field"]),
+                              st.integers(0, 255)), max_size=2),
+)  # fmt: skip
+def test_walk_frames_in_runs_equals_frame_by_frame(
+    runs, stamps, base, entry_at, interval, run_frames, run_bytes, first, damage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runs of equal frames walk_frames checks together (any run length, across index entries) give what a
+    frame-by-frame walk gives: the same end, next offset, max timestamp, next entry, index entries and problem.
+    The column checks of each run (`_uniform`) say what checking its frames one by one (`_prefix`) says."""
+    import sej.frames
+    from sej.index import SparseIndex
+
+    monkeypatch.setattr(sej.frames, "RUN_FRAMES", run_frames)
+    monkeypatch.setattr(sej.frames, "RUN_BYTES", run_bytes)
+    checked: list[tuple[bool, bool]] = []
+    uniform = sej.frames._uniform
+
+    def compared(b: bytes, total: int, k: int, ks: int, vs: int, offset: int) -> bool:
+        same = sej.frames.sized_struct(sej.frames.CHECK_FORMAT, ks, vs)
+        checked.append((uniform(b, total, k, ks, vs, offset), sej.frames._prefix(memoryview(b), same, k, ks, vs,
+                                                                                  offset) == k))  # fmt: skip
+        return checked[-1][0]
+
+    monkeypatch.setattr(sej.frames, "_uniform", compared)
+    frames, starts, off = [], [], first
+    for count, ks, vs in runs:  # runs of frames of equal sizes
+        for _ in range(count):
+            ts = NO_TIMESTAMP if stamps.random() < 0.1 else stamps.randrange(-(2**63) + 1, 2**63)
+            starts.append((sum(map(len, frames)), ks, OVERHEAD + ks + vs))
+            frames.append(encode(off, ts, 3, bytes(ks), stamps.randbytes(vs)))
+            off += 1
+    buf = bytearray(b"".join(frames))
+    for where, how, bits in damage:
+        at = int(where * len(buf))
+        if not buf:
+            break
+        if how == "flip":
+            buf[at] ^= 0x41
+        elif how == "cut":
+            del buf[at:]
+        elif how == "offset" and at + 8 <= len(buf):
+            buf[at : at + 8] = struct.pack(">Q", first + int(where * (off - first)))  # an offset, or bytes like one
+        elif how == "field":  # a bit of a checked field of one frame: its offset, key size, value size or size
+            pos, ks, total = starts[int(where * len(starts))]
+            fields = [*range(8), 17, *range(18 + ks, 22 + ks), *range(total - 4, total)]
+            at = pos + fields[bits % len(fields)]
+            if at < len(buf):
+                buf[at] ^= 1 << (bits % 8)
+    data = bytes(buf)
+    next_entry = base + entry_at
+    index = SparseIndex(first)
+    got = sej.frames.walk_frames(data, 0, len(data), base, first, NO_TIMESTAMP, next_entry, index, interval)
+    used, next_offset, max_ts, entry, entries = walk_reference(data, base, first, next_entry, interval)
+    assert (got.used, got.next_offset, got.max_ts, got.next_entry) == (used, next_offset, max_ts, entry)
+    assert [index._field(i, 0) for i in range(len(index))] == [e[0] for e in entries]
+    assert [(index._field(i, 1), index._field(i, 2)) for i in range(len(index))] == [e[1:] for e in entries]
+    assert (got.problem is None) == (used == len(data))
+    assert all(columns == one_by_one for columns, one_by_one in checked), checked
+
+
+@pytest.mark.parametrize("run_frames", [2, 3, 2048])
+@pytest.mark.parametrize("first", [250, 2**32 - 3, 2**64 - 9])
+def test_every_bit_of_every_checked_field_in_a_run_is_caught(
+    first: int, run_frames: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One bit flipped in the offset, key size, value size or size of any frame of a run of equal frames: the
+    walk stops where a frame-by-frame walk stops, and the run's column checks (`_uniform`) say what checking
+    its frames one by one says."""
+    import sej.frames
+    from sej.index import SparseIndex
+
+    checked: list[tuple[bool, bool]] = []
+    uniform = sej.frames._uniform
+
+    def compared(b: bytes, total: int, k: int, ks: int, vs: int, offset: int) -> bool:
+        same = sej.frames.sized_struct(sej.frames.CHECK_FORMAT, ks, vs)
+        checked.append((uniform(b, total, k, ks, vs, offset), sej.frames._prefix(memoryview(b), same, k, ks, vs,
+                                                                                  offset) == k))  # fmt: skip
+        return checked[-1][0]
+
+    monkeypatch.setattr(sej.frames, "_uniform", compared)
+    monkeypatch.setattr(sej.frames, "RUN_FRAMES", run_frames)
+    ks, vs = 3, 5
+    total = OVERHEAD + ks + vs
+    clean = b"".join(encode(first + i, i, 1, b"k" * ks, b"v" * vs) for i in range(8))
+    fields = [*range(8), 17, *range(18 + ks, 22 + ks), *range(total - 4, total)]
+    for frame in range(2, 8):  # the first two start the run
+        for field in fields:
+            for bit in range(8):
+                data = bytearray(clean)
+                data[frame * total + field] ^= 1 << bit
+                got = sej.frames.walk_frames(bytes(data), 0, len(data), 0, first, NO_TIMESTAMP, 0, SparseIndex(first))
+                used, next_offset, _ts, _entry, _entries = walk_reference(bytes(data), 0, first, 0, 4096)
+                assert (got.used, got.next_offset) == (used, next_offset) == (frame * total, first + frame)
+    assert checked and all(columns == one_by_one for columns, one_by_one in checked)
+    assert not all(columns for columns, _ in checked)  # runs held damaged frames
