@@ -7,7 +7,8 @@ A frame, all integers big-endian (byte-identical with h12.io/sej)::
 `size` is the whole frame, itself included: OVERHEAD (26) + len(key) + len(value).
 Every walk over frames (the writer's recovery, scanners, the hub's check, the Spark
 decoder) takes its general step with `frame_at`; runs of frames of the same size
-take a fast path of one cached struct call each (`sized_struct`).
+take a fast path of one cached struct call each (`sized_struct`), and walk_frames,
+which only checks them, checks such runs field by field, all their frames at once.
 """
 
 from __future__ import annotations
