@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
@@ -259,22 +259,43 @@ def walk_frames(
     Index entries (position >= next_entry, then every `interval` bytes) are added to `index` on the way.
     """
     start = p
-    # After two frames of the same sizes, the frames that follow are checked in runs (`_run`): one
-    # cached struct reads them all, skipping key and value bytes; any other frame takes the general path.
+    # Frames with the same sizes as the one before are checked by one cached struct call that skips the
+    # key and value bytes (`same`). Once RUN_AFTER of them came in a row, the next ones are checked in runs
+    # (`_run`) as long as the streak so far (so a run that breaks costs little), up to RUN_FRAMES. Any
+    # other frame takes the general path.
     same = None
     same_ks = same_vs = same_total = -1
     last_sizes = -1
+    streak = 0
     while n - p >= OVERHEAD:
         if same is not None:
-            k = min((n - p) // same_total, RUN_FRAMES, max(1, RUN_BYTES // same_total))
-            if k:
-                run = memoryview(data)[p : p + k * same_total]  # released on return: no export outlives the walk
-                good, max_ts, next_entry = _run(run, same, same_ks, same_vs, base + p, offset, max_ts, next_entry,
-                                                index, interval)  # fmt: skip
-                run.release()
-                offset += good
-                p += good * same_total
-                if good == k:
+            if streak >= RUN_AFTER:
+                k = min((n - p) // same_total, RUN_FRAMES, RUN_BYTES // same_total, streak)
+                if k > 1:
+                    run = memoryview(data)[p : p + k * same_total]
+                    try:
+                        good, max_ts, next_entry = _run(run, same, same_ks, same_vs, base + p, offset, max_ts,
+                                                        next_entry, index, interval)  # fmt: skip
+                    finally:
+                        run.release()  # no export of `data` outlives the walk
+                    offset += good
+                    p += good * same_total
+                    streak += good
+                    if good == k:
+                        continue
+                    same = None
+                    continue
+            if n - p >= same_total:
+                off, ts, ks, vs, size = same.unpack_from(data, p)
+                if off == offset and ks == same_ks and vs == same_vs and size == same_total:
+                    if ts > max_ts:
+                        max_ts = ts
+                    if base + p >= next_entry:
+                        index.add(offset, base + p, max_ts)  # type: ignore[union-attr]
+                        next_entry = base + p + interval
+                    offset += 1
+                    p += same_total
+                    streak += 1
                     continue
             same = None
         f = frame_at(data, p, n, offset)
@@ -292,6 +313,7 @@ def walk_frames(
         if sizes == last_sizes:
             same = sized_struct(CHECK_FORMAT, ks, vs)
             same_ks, same_vs, same_total = ks, vs, OVERHEAD + ks + vs
+            streak = 0
         last_sizes = sizes
     problem = None if p == n else check_frame(data, p, n, offset)
     assert not isinstance(problem, int), "walk_frames stopped at a valid frame"
@@ -302,7 +324,10 @@ RUN_FRAMES = 2048
 """Frames of the same sizes checked together by walk_frames (`_run`)..."""
 
 RUN_BYTES = 1 << 20
-"""... in at most this many bytes (a bigger frame alone)."""
+"""... in at most this many bytes ..."""
+
+RUN_AFTER = 256
+"""... once this many frames of the same sizes came in a row (checked one by one)."""
 
 _LOW = bytes(range(256)) * (RUN_FRAMES // 256 + 2)
 """The low bytes of RUN_FRAMES offsets in a row, from any first one: _LOW[o & 255 :][:k]."""
@@ -325,17 +350,20 @@ def _run(
     walk_frames adds them.
 
     The fields sit at the same place in every frame, so each byte of them is a column (a strided slice, in C)
-    compared with what it must hold; only a run that fails is checked frame by frame, to find where it ends.
+    compared with what it must hold (`_uniform`).
     """
     total = same.size
     k = len(run) // total
-    good = k if k > 1 and _uniform(bytes(run), total, k, ks, vs, offset) else _prefix(run, same, k, ks, vs, offset)
+    good = _uniform(bytes(run), total, k, ks, vs, offset)
     if not good:
         return 0, max_ts, next_entry
-    stamps = _stamps(ks, vs, k).unpack(run)  # every frame's timestamp, in one call
+    if good == k:  # every frame's timestamp, in one call (k is one of few lengths: RUN_AFTER doubled)
+        stamps: Sequence[int] = _stamps(ks, vs, k).unpack(run)
+    else:
+        stamps = [ts for (ts,) in sized_struct(_STAMP_FORMAT, ks, vs).iter_unpack(run[: good * total])]
     # Index entries as frame by frame: at the first frame at or after next_entry, then `interval` bytes on.
     done = 0
-    for j in range(max(0, -(-(next_entry - at) // total)), good, -(-interval // total)):
+    for j in range(max(0, -(-(next_entry - at) // total)), good, max(1, -(-interval // total))):
         max_ts = max(max_ts, *stamps[done : j + 1])
         done = j + 1
         index.add(offset + j, at + j * total, max_ts)  # type: ignore[union-attr]
@@ -348,23 +376,25 @@ def _run(
 @functools.lru_cache(maxsize=16)
 def _stamps(ks: int, vs: int, k: int) -> struct.Struct:
     """The timestamps of `k` frames in a row with these key and value sizes (the rest skipped)."""
-    return struct.Struct(">" + f"8xqxx{ks}x4x{vs}x4x" * k)
+    return struct.Struct(">" + _STAMP_FORMAT[1:].format(ks=ks, vs=vs) * k)
 
 
-def _uniform(b: bytes, total: int, k: int, ks: int, vs: int, offset: int) -> bool:
-    """Whether all `k` frames of `b` (`total` bytes each) carry offsets `offset`, `offset + 1`, ..., key size `ks`,
-    value size `vs` and size `total`: a strided slice per byte of those fields, against the bytes it must hold."""
-    if offset + k - 1 > MAX_OFFSET:
-        return False
-    fixed = [(HEADER_SIZE - 1, ks.to_bytes(1, "big")), (HEADER_SIZE + ks, vs.to_bytes(4, "big")),
-             (total - SIZE_FIELD, total.to_bytes(4, "big"))]  # fmt: skip
-    for pos, field in fixed:
+_STAMP_FORMAT = ">8xqxx{ks}x4x{vs}x4x"
+"""The timestamp of a frame with these key and value sizes (the rest skipped)."""
+
+
+def _uniform(b: bytes, total: int, k: int, ks: int, vs: int, offset: int) -> int:
+    """How many of the `k` frames of `b` (`total` bytes each), from the first, carry offsets `offset`,
+    `offset + 1`, ..., key size `ks`, value size `vs` and size `total`: a strided slice per byte of those
+    fields, compared with the bytes it must hold; where one differs, its first difference ends the run."""
+    k = min(k, MAX_OFFSET - offset + 1)  # no frame can carry an offset past MAX_OFFSET
+    columns = [(HEADER_SIZE - 1, ks.to_bytes(1, "big")), (HEADER_SIZE + ks, vs.to_bytes(4, "big")),
+               (total - SIZE_FIELD, total.to_bytes(4, "big"))]  # fmt: skip
+    for pos, field in columns:
         for i, byte in enumerate(field):
-            if b[pos + i :: total] != bytes((byte,)) * k:
-                return False
+            k = _agree(b[pos + i :: total], bytes((byte,)) * k, k)
     low = offset & 255
-    if b[7::total] != _LOW[low : low + k]:
-        return False
+    k = _agree(b[7::total], _LOW[low : low + k], k)
     # The 7 high bytes of the offsets change only every 256 frames: one piece of equal bytes per 256.
     lengths = [min(k, 256 - low)]
     left = k - lengths[0]
@@ -372,20 +402,22 @@ def _uniform(b: bytes, total: int, k: int, ks: int, vs: int, offset: int) -> boo
     high = offset >> 8
     for c in range(7):
         shift = 8 * (6 - c)
-        want = b"".join(bytes((((high + i) >> shift) & 255,)) * n for i, n in enumerate(lengths))
-        if b[c::total] != want:
-            return False
-    return True
-
-
-def _prefix(run: memoryview, same: struct.Struct, k: int, ks: int, vs: int, offset: int) -> int:
-    """How many frames of `run` in a row, from the first, carry the next offsets and these sizes."""
-    total = same.size
-    for j in range(k):
-        off, _ts, fks, fvs, size = same.unpack_from(run, j * total)
-        if off != offset + j or fks != ks or fvs != vs or size != total:
-            return j
+        k = _agree(b[c::total], b"".join(bytes((((high + i) >> shift) & 255,)) * n for i, n in enumerate(lengths)), k)
     return k
+
+
+def _agree(column: bytes, want: bytes, k: int) -> int:
+    """How many of the first `k` bytes of `column` equal `want`'s (binary search, each step one C compare)."""
+    if column[:k] == want[:k]:
+        return k
+    lo, hi = 0, k  # column[:lo] agrees; column[:hi + 1] does not
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if column[: mid + 1] == want[: mid + 1]:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 __all__ = [

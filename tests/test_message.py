@@ -136,37 +136,59 @@ def walk_reference(data: bytes, base: int, offset: int, next_entry: int, interva
     return p, offset, max_ts, next_entry, entries
 
 
+def one_by_one(b: bytes, total: int, k: int, ks: int, vs: int, offset: int) -> int:
+    """How many frames of a run, from the first, carry the next offsets and these sizes: frame by frame."""
+    from sej.frames import CHECK_FORMAT, sized_struct
+
+    same = sized_struct(CHECK_FORMAT, ks, vs)
+    for j in range(k):
+        off, _ts, fks, fvs, size = same.unpack_from(b, j * total)
+        if off != offset + j or fks != ks or fvs != vs or size != total:
+            return j
+    return k
+
+
 @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     runs=st.lists(st.tuples(st.integers(1, 300), st.integers(0, 5), st.integers(0, 60)), min_size=1, max_size=6),
     stamps=st.randoms(use_true_random=False),
     base=st.integers(0, 1 << 40),
     entry_at=st.integers(-5000, 5000),
-    interval=st.sampled_from([1, 7, 64, 100, 4096]),
+    interval=st.sampled_from([-100, 0, 1, 7, 64, 100, 4096]),
     run_frames=st.sampled_from([1, 2, 3, 5, 300, 2048]),
     run_bytes=st.sampled_from([1, 100, 1000, 1 << 20]),
+    run_after=st.sampled_from([0, 1, 2, 32]),
     first=st.sampled_from([0, 7, 250, 65_530, 2**32 - 300, 2**56 - 1000, 2**64 - 4000]),
     damage=st.lists(st.tuples(st.floats(0, 1, exclude_max=True), st.sampled_from(["flip", "cut", "offset", "field"]),
                               st.integers(0, 255)), max_size=2),
 )  # fmt: skip
 def test_walk_frames_in_runs_equals_frame_by_frame(
-    runs, stamps, base, entry_at, interval, run_frames, run_bytes, first, damage, monkeypatch: pytest.MonkeyPatch
+    runs,
+    stamps,
+    base,
+    entry_at,
+    interval,
+    run_frames,
+    run_bytes,
+    run_after,
+    first,
+    damage,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The runs of equal frames walk_frames checks together (any run length, across index entries) give what a
     frame-by-frame walk gives: the same end, next offset, max timestamp, next entry, index entries and problem.
-    The column checks of each run (`_uniform`) say what checking its frames one by one (`_prefix`) says."""
+    The column checks of each run (`_uniform`) find the frame where it ends, as checking its frames one by one does."""
     import sej.frames
     from sej.index import SparseIndex
 
     monkeypatch.setattr(sej.frames, "RUN_FRAMES", run_frames)
     monkeypatch.setattr(sej.frames, "RUN_BYTES", run_bytes)
-    checked: list[tuple[bool, bool]] = []
+    monkeypatch.setattr(sej.frames, "RUN_AFTER", run_after)
+    checked: list[tuple[int, int, int]] = []
     uniform = sej.frames._uniform
 
-    def compared(b: bytes, total: int, k: int, ks: int, vs: int, offset: int) -> bool:
-        same = sej.frames.sized_struct(sej.frames.CHECK_FORMAT, ks, vs)
-        checked.append((uniform(b, total, k, ks, vs, offset), sej.frames._prefix(memoryview(b), same, k, ks, vs,
-                                                                                  offset) == k))  # fmt: skip
+    def compared(b: bytes, total: int, k: int, ks: int, vs: int, offset: int) -> int:
+        checked.append((uniform(b, total, k, ks, vs, offset), one_by_one(b, total, k, ks, vs, offset), k))
         return checked[-1][0]
 
     monkeypatch.setattr(sej.frames, "_uniform", compared)
@@ -203,7 +225,7 @@ def test_walk_frames_in_runs_equals_frame_by_frame(
     assert [index._field(i, 0) for i in range(len(index))] == [e[0] for e in entries]
     assert [(index._field(i, 1), index._field(i, 2)) for i in range(len(index))] == [e[1:] for e in entries]
     assert (got.problem is None) == (used == len(data))
-    assert all(columns == one_by_one for columns, one_by_one in checked), checked
+    assert all(columns == by_frame for columns, by_frame, _k in checked), checked
 
 
 @pytest.mark.parametrize("run_frames", [2, 3, 2048])
@@ -212,22 +234,21 @@ def test_every_bit_of_every_checked_field_in_a_run_is_caught(
     first: int, run_frames: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """One bit flipped in the offset, key size, value size or size of any frame of a run of equal frames: the
-    walk stops where a frame-by-frame walk stops, and the run's column checks (`_uniform`) say what checking
-    its frames one by one says."""
+    walk stops where a frame-by-frame walk stops, and the run's column checks (`_uniform`) end it where checking
+    its frames one by one does."""
     import sej.frames
     from sej.index import SparseIndex
 
-    checked: list[tuple[bool, bool]] = []
+    checked: list[tuple[int, int, int]] = []
     uniform = sej.frames._uniform
 
-    def compared(b: bytes, total: int, k: int, ks: int, vs: int, offset: int) -> bool:
-        same = sej.frames.sized_struct(sej.frames.CHECK_FORMAT, ks, vs)
-        checked.append((uniform(b, total, k, ks, vs, offset), sej.frames._prefix(memoryview(b), same, k, ks, vs,
-                                                                                  offset) == k))  # fmt: skip
+    def compared(b: bytes, total: int, k: int, ks: int, vs: int, offset: int) -> int:
+        checked.append((uniform(b, total, k, ks, vs, offset), one_by_one(b, total, k, ks, vs, offset), k))
         return checked[-1][0]
 
     monkeypatch.setattr(sej.frames, "_uniform", compared)
     monkeypatch.setattr(sej.frames, "RUN_FRAMES", run_frames)
+    monkeypatch.setattr(sej.frames, "RUN_AFTER", 1)
     ks, vs = 3, 5
     total = OVERHEAD + ks + vs
     clean = b"".join(encode(first + i, i, 1, b"k" * ks, b"v" * vs) for i in range(8))
@@ -240,5 +261,5 @@ def test_every_bit_of_every_checked_field_in_a_run_is_caught(
                 got = sej.frames.walk_frames(bytes(data), 0, len(data), 0, first, NO_TIMESTAMP, 0, SparseIndex(first))
                 used, next_offset, _ts, _entry, _entries = walk_reference(bytes(data), 0, first, 0, 4096)
                 assert (got.used, got.next_offset) == (used, next_offset) == (frame * total, first + frame)
-    assert checked and all(columns == one_by_one for columns, one_by_one in checked)
-    assert not all(columns for columns, _ in checked)  # runs held damaged frames
+    assert checked and all(columns == by_frame for columns, by_frame, _k in checked)
+    assert any(columns < k for columns, _, k in checked)  # runs held damaged frames
