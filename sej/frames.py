@@ -281,9 +281,8 @@ def walk_frames(
                     offset += good
                     p += good * same_total
                     streak += good
-                    if good == k:
-                        continue
-                    same = None
+                    if good < k:  # the run ends here: the frame there takes the general path
+                        same = None
                     continue
             if n - p >= same_total:
                 off, ts, ks, vs, size = same.unpack_from(data, p)

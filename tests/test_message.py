@@ -148,6 +148,22 @@ def one_by_one(b: bytes, total: int, k: int, ks: int, vs: int, offset: int) -> i
     return k
 
 
+def record_runs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int, int]]:
+    """Make walk_frames record, for each run it checks, (where its column checks end it, where `one_by_one`
+    ends it, its length)."""
+    import sej.frames
+
+    checked: list[tuple[int, int, int]] = []
+    uniform = sej.frames._uniform
+
+    def compared(b: bytes, total: int, k: int, ks: int, vs: int, offset: int) -> int:
+        checked.append((uniform(b, total, k, ks, vs, offset), one_by_one(b, total, k, ks, vs, offset), k))
+        return checked[-1][0]
+
+    monkeypatch.setattr(sej.frames, "_uniform", compared)
+    return checked
+
+
 @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     runs=st.lists(st.tuples(st.integers(1, 300), st.integers(0, 5), st.integers(0, 60)), min_size=1, max_size=6),
@@ -184,14 +200,7 @@ def test_walk_frames_in_runs_equals_frame_by_frame(
     monkeypatch.setattr(sej.frames, "RUN_FRAMES", run_frames)
     monkeypatch.setattr(sej.frames, "RUN_BYTES", run_bytes)
     monkeypatch.setattr(sej.frames, "RUN_AFTER", run_after)
-    checked: list[tuple[int, int, int]] = []
-    uniform = sej.frames._uniform
-
-    def compared(b: bytes, total: int, k: int, ks: int, vs: int, offset: int) -> int:
-        checked.append((uniform(b, total, k, ks, vs, offset), one_by_one(b, total, k, ks, vs, offset), k))
-        return checked[-1][0]
-
-    monkeypatch.setattr(sej.frames, "_uniform", compared)
+    checked = record_runs(monkeypatch)
     frames, starts, off = [], [], first
     for count, ks, vs in runs:  # runs of frames of equal sizes
         for _ in range(count):
@@ -239,14 +248,7 @@ def test_every_bit_of_every_checked_field_in_a_run_is_caught(
     import sej.frames
     from sej.index import SparseIndex
 
-    checked: list[tuple[int, int, int]] = []
-    uniform = sej.frames._uniform
-
-    def compared(b: bytes, total: int, k: int, ks: int, vs: int, offset: int) -> int:
-        checked.append((uniform(b, total, k, ks, vs, offset), one_by_one(b, total, k, ks, vs, offset), k))
-        return checked[-1][0]
-
-    monkeypatch.setattr(sej.frames, "_uniform", compared)
+    checked = record_runs(monkeypatch)
     monkeypatch.setattr(sej.frames, "RUN_FRAMES", run_frames)
     monkeypatch.setattr(sej.frames, "RUN_AFTER", 1)
     ks, vs = 3, 5

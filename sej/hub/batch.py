@@ -242,15 +242,11 @@ class CopyState:
 
     def keep_only(self, journals: set[str]) -> None:
         """Forget the journals a pass no longer found on the source."""
-        known = self.tails.keys() | self.committed.keys() | self.sums.keys() | self.stalled.keys()
-        for gone in (known | self.pending.keys() | self.commit_due.keys() | self.swept.keys()) - journals:
-            self.tails.pop(gone, None)
-            self.committed.pop(gone, None)
-            self.sums.pop(gone, None)
-            self.stalled.pop(gone, None)
-            self.pending.pop(gone, None)
-            self.commit_due.pop(gone, None)
-            self.swept.pop(gone, None)
+        per_journal: tuple[dict[str, Any], ...] = (self.tails, self.committed, self.sums, self.stalled, self.pending,
+                                                    self.commit_due, self.swept)  # fmt: skip
+        for gone in set().union(*per_journal) - journals:
+            for entries in per_journal:
+                entries.pop(gone, None)
             self.changed = True
 
     def expected(self, journal: str) -> int | None:
