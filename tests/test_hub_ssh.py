@@ -302,7 +302,7 @@ def test_a_stalled_producer_fails_the_call_within_the_io_timeout_instead_of_hang
         for pid in stopped:
             os.kill(pid, signal.SIGSTOP)
         t0 = time.monotonic()
-        with pytest.raises(SourceError, match="stalled"):
+        with pytest.raises(SourceError, match=r"stalled:.* no reply within [0-9.]+ s \(the I/O timeout\)"):
             source.read("p.2.000", first.name, 0, 4096)
         assert time.monotonic() - t0 < scaled(10), f"the stalled call must end near io_timeout ({io_timeout:g} s)"
     finally:
@@ -592,5 +592,89 @@ def test_stale_commit_temp_files_left_on_the_producer_are_removed_over_sftp(sshd
         state.sweep_every = 0.0
         copy()
         assert sorted(os.listdir(ofs)) == sorted([*kept, "hub.ofs"])
+    finally:
+        client.close()
+
+
+def test_a_grown_journal_is_read_without_a_second_lstat_and_a_fifo_swapped_in_fails_it_in_bounded_time(
+    sshd, tmp_path, monkeypatch
+) -> None:
+    """A pass that remembers probes each journal's last segment (an lstat); one that grew is then read without
+    lstat'ing it again (sej.hub.source.SftpSource.read_seen). Its open still meets what is there then: a FIFO put
+    in its place after the probe fails that read within the I/O timeout, and no byte of it reaches the hub."""
+    from sej.hub import CopyState
+    from sej.hub.source import SftpSource
+
+    src, hub = tmp_path / "src", str(tmp_path / "hub")
+    produce(str(src), 200, segment_size=1 << 20)  # one segment per journal
+    client = connect_to(sshd)
+    state = CopyState()
+    try:
+        make = sftp_sources(client, str(src), "test")
+        assert all(o.error is None for o in copy_all(make, hub, "c1", "hub", state=state))
+        produce(str(src), 40, segment_size=1 << 20, seed=1)  # every journal grows
+        lstats: list[str] = []
+        seen: list[str] = []
+        real_lstats, real_seen = SftpSource._lstats, SftpSource._read_seen
+
+        def counting_lstats(self, *paths):  # type: ignore[no-untyped-def]
+            lstats.extend(paths)
+            return (yield from real_lstats(self, *paths))
+
+        def counting_seen(self, journal, name, pos, size):  # type: ignore[no-untyped-def]
+            seen.append(journal)
+            return (yield from real_seen(self, journal, name, pos, size))
+
+        monkeypatch.setattr(SftpSource, "_lstats", counting_lstats)
+        monkeypatch.setattr(SftpSource, "_read_seen", counting_seen)
+        out = copy_all(make, hub, "c1", "hub", state=state)
+        assert all(o.error is None for o in out) and all(o.result and o.result.messages for o in out), out
+        assert_identical(str(src), hub)
+        journals = sorted(o.journal for o in out)
+        assert sorted(seen) == journals, "each grown journal read as probed"
+        for j in journals:
+            (seg,) = sej.list_segments(str(src / j))
+            assert lstats.count(seg.path) == 1, (j, lstats.count(seg.path))
+
+        # The race the probe leaves (as any lstat before an open does): the segment swapped for a FIFO before
+        # the open. The open blocks in the sftp-server; the pass gives up at the I/O timeout, saying so, with
+        # nothing of that journal copied or committed; the next pass, the file back, copies everything.
+        produce(str(src), 40, segment_size=1 << 20, seed=2)
+        victim = "p.2.001"
+        (seg,) = sej.list_segments(str(src / victim))
+        swapped = threading.Event()
+
+        def swapping_seen(self, journal, name, pos, size):  # type: ignore[no-untyped-def]
+            if journal == victim and not swapped.is_set():
+                os.rename(seg.path, seg.path + ".aside")
+                os.mkfifo(seg.path)
+                swapped.set()
+            return (yield from real_seen(self, journal, name, pos, size))
+
+        monkeypatch.setattr(SftpSource, "_read_seen", swapping_seen)
+        hub_seg = os.path.join(hub, f"c1.{victim}", "jnl", os.path.basename(seg.path))
+        hub_size = os.path.getsize(hub_seg)
+        committed = read_offset_file(os.path.join(str(src), victim, "ofs", "hub.ofs"))
+        t0 = time.monotonic()
+        try:
+            with pytest.raises(SourceError, match=r"no reply within [0-9.]+ s \(the I/O timeout\)"):
+                copy_all(sftp_sources(client, str(src), "test", io_timeout=scaled(0.5)), hub, "c1", "hub", state=state)
+        finally:
+            if swapped.is_set():  # a writer releases the sftp-server blocked in open(), if it still is
+                try:
+                    os.close(os.open(seg.path, os.O_WRONLY | os.O_NONBLOCK))
+                except OSError:
+                    pass
+        assert time.monotonic() - t0 < scaled(30), "the blocked open ended at the I/O timeout"
+        assert swapped.is_set()
+        assert os.path.getsize(hub_seg) == hub_size, "nothing of the swapped segment reached the hub"
+        assert read_offset_file(os.path.join(str(src), victim, "ofs", "hub.ofs")) == committed
+        os.replace(seg.path + ".aside", seg.path)
+        monkeypatch.setattr(SftpSource, "_read_seen", real_seen)
+        client.close()
+        client = connect_to(sshd)  # the timed-out connection's channel is unusable
+        out = copy_all(sftp_sources(client, str(src), "test"), hub, "c1", "hub", state=state)
+        assert all(o.error is None for o in out), out
+        assert_identical(str(src), hub)
     finally:
         client.close()

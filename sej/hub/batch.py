@@ -353,6 +353,9 @@ class Prefetched:
                 return data[pos - start : pos - start + size]
         return self.source.read(journal, name, pos, size)
 
+    def read_seen(self, journal: str, name: str, pos: int, size: int) -> bytes:
+        return self.read(journal, name, pos, size)
+
     def read_sums(self, journal: str, name: str, skip: int = 0) -> bytes | None:
         got = self._sums.get(name)
         if got is not None and got[0] == skip:
@@ -755,7 +758,8 @@ def _read(many: Callable[[list[Call]], list[Any]], batch: list[_Plan]) -> None:
     for p in batch:
         have_name, have_size = p.hub_tail or ("", 0)
         for name, start, size, to_end in p.reads:
-            reads.append(("read", p.journal, name, start, size))
+            # A probed journal's segment was lstat'ed by the probe, in this pass: no lstat again.
+            reads.append(("read_seen" if p.grown else "read", p.journal, name, start, size))
             wanted.append((p, name, start, size, to_end))
             if hub_copy.VERIFY and start + size > (have_size if name == have_name else 0):  # bytes to copy: checked
                 # From the last pass's mark on, as copy_journal will ask (it checks the mark's anchor).

@@ -247,6 +247,10 @@ class _Watched:
         with self.client.call():
             return self.src.read(journal, name, pos, size)
 
+    def read_seen(self, journal: str, name: str, pos: int, size: int) -> bytes:
+        with self.client.call():
+            return self.src.read_seen(journal, name, pos, size)
+
     def read_sums(self, journal: str, name: str, skip: int = 0) -> bytes | None:
         with self.client.call():
             return self.src.read_sums(journal, name, skip)

@@ -8,6 +8,7 @@ hostile producer cannot write outside `<hub-root>/<client-id>.*`.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from ..errors import InvalidArgumentError
 from ..layout import SEGMENT_RE
@@ -27,8 +28,15 @@ def check_client_id(client_id: object) -> str:
 
 def check_journal_name(name: object) -> str:
     """A client's journal directory name: a shard name (`prefix.bit.index`) or a plain prefix."""
+    if not isinstance(name, str):
+        raise InvalidArgumentError(f"journal name must be a str, got {name!r}")
+    return _journal_name(str.__str__(name))  # a plain str: a subclass's own equality never reaches the cache
+
+
+@lru_cache(maxsize=1 << 14)
+def _journal_name(name: str) -> str:
+    # A pass builds several paths per journal: each checked name is parsed once (bounded, errors not kept).
     parse_shard(name)  # raises InvalidArgumentError naming it
-    assert isinstance(name, str)
     return name
 
 

@@ -117,6 +117,11 @@ class Source(Protocol):
 
     def read(self, journal: str, name: str, pos: int, size: int) -> bytes: ...
 
+    def read_seen(self, journal: str, name: str, pos: int, size: int) -> bytes:
+        """`read` of a segment that `size` (or a listing) found a regular file moments ago, in this pass: over
+        SFTP without a further lstat before the open (the file opened is still checked, by fstat)."""
+        ...
+
     def read_sums(self, journal: str, name: str, skip: int = 0) -> bytes | None:
         """The checksum file of a segment (sej.checksum); None when it has none (an unchecked segment).
 
@@ -292,6 +297,9 @@ class LocalSource:
         finally:
             os.close(fd)
 
+    def read_seen(self, journal: str, name: str, pos: int, size: int) -> bytes:
+        return self.read(journal, name, pos, size)  # no lstat to spare: the open checks the file itself
+
     def read_sums(self, journal: str, name: str, skip: int = 0) -> bytes | None:
         sums = sum_name(parse_segment_name(segment_name(check_segment_name(name))) or 0)
         try:
@@ -414,7 +422,7 @@ class SftpSource:
             dirs = [e.filename for e in entries if stat.S_ISDIR(e.st_mode or 0) and is_shard_name(e.filename)]
             got = self._pipe.run([self._lstats(posixpath.join(self.root, d, SEGMENT_DIR)) for d in dirs])
         except self._errors as e:
-            raise SourceError(f"{self.label}:{self.root}: {e}") from None
+            raise SourceError(f"{self.label}:{self.root}: {self._why(e)}") from None
         jnl: dict[str, int | None] = {}
         for d, r in zip(dirs, got, strict=True):
             if isinstance(r, BaseException):
@@ -436,19 +444,29 @@ class SftpSource:
     def _path(self, journal: str, *parts: str) -> str:
         return posixpath.join(self.root, check_journal_name(journal), *parts)
 
+    def _why(self, e: BaseException) -> str:
+        """A transport failure in words: a timeout's own message is empty."""
+        if isinstance(e, TimeoutError):
+            try:
+                limit = self.sftp.get_channel().gettimeout()
+            except Exception:  # a closed channel: say what is known
+                limit = None
+            return f"no reply within {limit:g} s (the I/O timeout)" if limit else "timed out"
+        return str(e) or type(e).__name__
+
     def _call(self, op: Op[T], path: str) -> T:
         """Run one operation; a transport failure becomes a SourceError naming `path`."""
         try:
             return self._pipe.one(op)
         except self._errors as e:
-            raise SourceError(f"{self.label}:{path}: {e}") from None
+            raise SourceError(f"{self.label}:{path}: {self._why(e)}") from None
 
     def many(self, calls: list[Call]) -> list[Any]:
         ops = [getattr(self, f"_{c[0]}")(*c[1:]) for c in calls]
         try:
             results = self._pipe.run(ops)
         except self._errors as e:
-            raise SourceError(f"{self.label}:{self.root}: {e}") from None
+            raise SourceError(f"{self.label}:{self.root}: {self._why(e)}") from None
         return [_as_source_error(r, self.label, self.root) for r in results]
 
     def segments(self, journal: str) -> list[SourceSegment]:
@@ -477,7 +495,13 @@ class SftpSource:
                 ranges = [(p, min(READ_RANGE, end - p)) for p in range(pos, end, READ_RANGE)]
                 return b"".join(f.readv(ranges)) if ranges else b""
         except self._errors as e:
-            raise SourceError(f"{self.label}:{path}: {e}") from None
+            raise SourceError(f"{self.label}:{path}: {self._why(e)}") from None
+
+    def read_seen(self, journal: str, name: str, pos: int, size: int) -> bytes:
+        if size > BULK_READ:
+            return self.read(journal, name, pos, size)
+        path = self._path(journal, SEGMENT_DIR, segment_name(check_segment_name(name)))
+        return self._call(self._read_seen(journal, name, pos, size), path)
 
     def read_sums(self, journal: str, name: str, skip: int = 0) -> bytes | None:
         path = self._sums_path(journal, name)
@@ -681,6 +705,15 @@ class SftpSource:
 
     def _read(self, journal: str, name: str, pos: int, size: int) -> Op[bytes]:
         return self._read_file(self._path(journal, SEGMENT_DIR, segment_name(check_segment_name(name))), pos, size)
+
+    def _read_seen(self, journal: str, name: str, pos: int, size: int) -> Op[bytes]:
+        # The lstat that found it a regular file was this pass's (a FIFO put there since hangs this channel
+        # as it would after an lstat of our own: the pass's watchdog ends it); fstat checks what opened.
+        from paramiko.sftp import SFTP_FLAG_READ
+
+        path = self._path(journal, SEGMENT_DIR, segment_name(check_segment_name(name)))
+        handle = yield from self._open(path, SFTP_FLAG_READ)
+        return (yield from self._closing(handle, self._read_open(path, handle, pos, pos + size)))
 
     def _read_offset(self, journal: str, reader: str) -> Op[int | None]:
         path = self._path(journal, OFFSET_DIR, offset_file_name(reader))

@@ -24,7 +24,7 @@ import threading
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from ..errors import SejError
@@ -94,8 +94,10 @@ class ClientStatus:
         return max(0.0, now - fresh)
 
     def to_json(self) -> dict[str, Any]:
-        doc = asdict(self)
-        doc["journals"] = {name: asdict(j) for name, j in sorted(self.journals.items())}
+        # Shallow copies, not asdict: its deep copy of a thousand journals took 5% of a busy daemon's time.
+        doc = {f.name: getattr(self, f.name) for f in fields(self)}
+        doc.update(errors=dict(self.errors), pass_buckets=list(self.pass_buckets),
+                   journals={name: dict(vars(j)) for name, j in sorted(self.journals.items())})  # fmt: skip
         return doc
 
 
