@@ -14,7 +14,7 @@ pytest.importorskip("paramiko")
 
 from paramiko.sftp import CMD_ATTRS, CMD_LSTAT, CMD_STATUS, SFTP_NO_SUCH_FILE  # noqa: E402
 
-from sej.hub.pipeline import MAX_PACKET, Op, Pipeline, SFTPStreamError, expect  # noqa: E402
+from sej.hub.pipeline import MAX_PACKET, MAX_SHOWN, STUCK_SHOWN, Op, Pipeline, SFTPStreamError, expect  # noqa: E402
 
 
 class ScriptedChannel:
@@ -153,5 +153,49 @@ def test_a_closed_channel_ends_the_run_with_an_error_and_the_next_run_starts_cle
     pipe = Pipeline(FakeSftp(channel))  # type: ignore[arg-type]
     with pytest.raises(EOFError):
         pipe.run([lstat_size("/a")])
+    assert pipe.stuck == ["/a"], "a transport failure names what was in flight"
     channel.pieces = [reply(CMD_ATTRS, 8, attrs_size(9))]
     assert pipe.run([lstat_size("/b")]) == [9]
+    assert pipe.stuck == []
+
+
+def test_a_failure_names_at_most_a_few_paths_in_flight_shortened_and_only_those_unanswered() -> None:
+    long = "/j/" + "x" * 1000
+    answered = reply(CMD_ATTRS, 7, attrs_size(1))  # /0 is answered, then the channel closes
+    pipe = Pipeline(FakeSftp(ScriptedChannel([answered])))  # type: ignore[arg-type]
+    with pytest.raises(EOFError):
+        pipe.run([lstat_size(p) for p in ["/0", long, "/2", "/3", "/4"]])
+    assert pipe.stuck == [long[:MAX_SHOWN], "/2", "/3"][:STUCK_SHOWN]
+
+
+def test_a_read_answered_with_more_bytes_than_asked_fails_that_read() -> None:
+    """A hostile server's oversized READ reply would put bytes out of place: the read fails, naming both sizes."""
+    import stat as stat_mod
+
+    from paramiko import Message
+    from paramiko.sftp import CMD_DATA
+
+    from sej.hub.source import SftpSource
+
+    src = object.__new__(SftpSource)  # the operation only: bytes in, results out, no connection
+    src.label = "test"
+
+    def msg(body: bytes) -> Message:
+        m = Message(struct.pack(">I", 7) + body)
+        m.get_int()  # the request number, as the pipeline reads it
+        return m
+
+    for extra, ok in ((0, True), (1, False), (1000, False)):
+        regular = msg(struct.pack(">II", 0x4, stat_mod.S_IFREG | 0o644))  # SSH_FILEXFER_ATTR_PERMISSIONS
+        op = src._read_open("/j/seg", b"h", 10, 110)
+        requests = next(op)
+        assert [r[0] for r in requests] == [8, 5]  # SSH_FXP_FSTAT, SSH_FXP_READ of 100 bytes at 10
+        data = b"d" * (100 + extra)
+        try:
+            op.send([(CMD_ATTRS, regular), (CMD_DATA, msg(struct.pack(">I", len(data)) + data))])
+        except StopIteration as stop:
+            assert ok and stop.value == data
+        except SFTPStreamError as e:
+            assert not ok and f"a read of 100 bytes at 10 answered with {100 + extra}" in str(e)
+        else:
+            raise AssertionError("the operation asked for more")

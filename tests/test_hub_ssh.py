@@ -601,7 +601,7 @@ def test_a_grown_journal_is_read_without_a_second_lstat_and_a_fifo_swapped_in_fa
 ) -> None:
     """A pass that remembers probes each journal's last segment (an lstat); one that grew is then read without
     lstat'ing it again (sej.hub.source.SftpSource.read_seen). Its open still meets what is there then: a FIFO put
-    in its place after the probe fails that read within the I/O timeout, and no byte of it reaches the hub."""
+    in its place after the probe fails the pass at the I/O timeout, naming it, and no byte of it reaches the hub."""
     from sej.hub import CopyState
     from sej.hub.source import SftpSource
 
@@ -657,8 +657,9 @@ def test_a_grown_journal_is_read_without_a_second_lstat_and_a_fifo_swapped_in_fa
         committed = read_offset_file(os.path.join(str(src), victim, "ofs", "hub.ofs"))
         t0 = time.monotonic()
         try:
-            with pytest.raises(SourceError, match=r"no reply within [0-9.]+ s \(the I/O timeout\)"):
-                copy_all(sftp_sources(client, str(src), "test", io_timeout=scaled(0.5)), hub, "c1", "hub", state=state)
+            with pytest.raises(SourceError, match=r"no reply within [0-9.]+ s \(the I/O timeout\)") as e:
+                copy_all(sftp_sources(client, str(src), "test", io_timeout=scaled(1.5)), hub, "c1", "hub", state=state)
+            assert f"(waiting on {seg.path}" in str(e.value), "the error names what the server was stuck on"
         finally:
             if swapped.is_set():  # a writer releases the sftp-server blocked in open(), if it still is
                 try:

@@ -353,9 +353,6 @@ class Prefetched:
                 return data[pos - start : pos - start + size]
         return self.source.read(journal, name, pos, size)
 
-    def read_seen(self, journal: str, name: str, pos: int, size: int) -> bytes:
-        return self.read(journal, name, pos, size)
-
     def read_sums(self, journal: str, name: str, skip: int = 0) -> bytes | None:
         got = self._sums.get(name)
         if got is not None and got[0] == skip:
@@ -518,6 +515,8 @@ def copy_all(
         # thread (a daemon thread in sej-hub): one stuck in the kernel must not hold up the process's exit,
         # as a pool thread would.
         remote = getattr(lister, "remote", False)
+        # Reads right after the probe may skip its lstat (SftpSource.read_seen): in the pass's first round only.
+        seen = getattr(lister, "reads_seen", False)
 
         def spread(calls: list[Call]) -> list[Any]:
             return _spread(pool, own_source, calls, workers)
@@ -564,7 +563,8 @@ def copy_all(
                     if stop is not None and stop.is_set():
                         break
                     with took("read"):
-                        _read(spread if remote else lister.many, batch)
+                        _read(spread if remote else lister.many, batch, seen)
+                    seen = False
 
                     # Many copies: one syncfs makes them durable together, not an fsync each. Such a copy stops
                     # before a next segment while the current one is not durable (recovery looks at the last one
@@ -746,7 +746,7 @@ def _rounds(work: list[_Plan]) -> Iterator[list[_Plan]]:
         yield batch
 
 
-def _read(many: Callable[[list[Call]], list[Any]], batch: list[_Plan]) -> None:
+def _read(many: Callable[[list[Call]], list[Any]], batch: list[_Plan], seen: bool = False) -> None:
     """Read ahead what each journal of a round lacks, and the checksum files of the segments it copies into,
     all at once. Over SFTP `many` spreads them over the workers' channels, so several sftp-servers serve
     them (1,000 small reads: 0.16-0.22 s, 0.46 s on one); a checksum file read by each copy instead cost a
@@ -758,8 +758,8 @@ def _read(many: Callable[[list[Call]], list[Any]], batch: list[_Plan]) -> None:
     for p in batch:
         have_name, have_size = p.hub_tail or ("", 0)
         for name, start, size, to_end in p.reads:
-            # A probed journal's segment was lstat'ed by the probe, in this pass: no lstat again.
-            reads.append(("read_seen" if p.grown else "read", p.journal, name, start, size))
+            # `seen`: the probe has just lstat'ed a grown journal's segment (a round later: read with an lstat).
+            reads.append(("read_seen" if seen and p.grown else "read", p.journal, name, start, size))
             wanted.append((p, name, start, size, to_end))
             if hub_copy.VERIFY and start + size > (have_size if name == have_name else 0):  # bytes to copy: checked
                 # From the last pass's mark on, as copy_journal will ask (it checks the mark's anchor).

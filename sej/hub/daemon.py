@@ -227,6 +227,7 @@ class _Watched:
         self.src = src
         self.client = client
         self.remote = getattr(src, "remote", False)
+        self.reads_seen = getattr(src, "reads_seen", False)
 
     def journals(self) -> list[str]:
         with self.client.call():
@@ -246,10 +247,6 @@ class _Watched:
     def read(self, journal: str, name: str, pos: int, size: int) -> bytes:
         with self.client.call():
             return self.src.read(journal, name, pos, size)
-
-    def read_seen(self, journal: str, name: str, pos: int, size: int) -> bytes:
-        with self.client.call():
-            return self.src.read_seen(journal, name, pos, size)
 
     def read_sums(self, journal: str, name: str, skip: int = 0) -> bytes | None:
         with self.client.call():

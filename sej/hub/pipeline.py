@@ -63,15 +63,24 @@ class Pipeline:
         self._complete: list[int] = []  # operations whose replies are all in
         self._buffer = bytearray()  # received, not yet parsed
         self._strays = 0  # replies to no request of this run
+        self._paths: dict[int, bytes] = {}  # request number -> the path it names, if any (for `stuck`)
+        self.stuck: list[str] = []  # after a transport failure: the paths of (some of) the requests in flight
 
     def run(self, ops: Iterable[Op[Any]]) -> list[Any]:
         """Run every operation to its end; each one's return value, or the exception it raised.
 
-        A transport failure (a cut connection, a timeout) propagates: the channel is unusable then.
+        A transport failure (a cut connection, a timeout) propagates: the channel is unusable then,
+        and `stuck` names the paths of the first STUCK_SHOWN requests left in flight.
         """
+        self.stuck = []
         try:
             return self._run(list(ops))
+        except BaseException:
+            firsts = sorted(self._paths.items())[:STUCK_SHOWN]
+            self.stuck = [p.decode("utf-8", "backslashreplace") for _, p in firsts]
+            raise
         finally:  # after a transport failure nothing in flight will be answered
+            self._paths.clear()
             self._unsent.clear()
             self._in_flight.clear()
             self._replies.clear()
@@ -108,6 +117,8 @@ class Pipeline:
             out.append(_HEAD.pack(len(body) + 1, t))
             out.append(body)
             self._in_flight[num] = (k, slot)
+            if t in _NAMES_A_PATH and isinstance(args[0], bytes):
+                self._paths[num] = args[0][:MAX_SHOWN]
         self.sftp.sock.sendall(b"".join(out))
 
     def _receive(self) -> None:
@@ -168,6 +179,7 @@ class Pipeline:
     def _async_response(self, t: int, msg: paramiko.Message, num: int) -> None:
         """paramiko's callback for a reply to one of our requests."""
         got = self._in_flight.pop(num, None)
+        self._paths.pop(num, None)
         if got is None:  # a reply to no request of ours: never more of them than we asked
             self._strays += 1
             if self._strays > self.window:
@@ -188,6 +200,14 @@ class Pipeline:
 
 
 _HEAD = struct.Struct(">IB")
+
+STUCK_SHOWN = 3
+"""Paths of requests in flight that a transport failure names (a timeout: what the server was stuck on)."""
+
+MAX_SHOWN = 300
+"""Bytes of such a path shown at most."""
+
+_NAMES_A_PATH = frozenset((3, 7, 11, 17))  # SSH_FXP_OPEN, LSTAT, OPENDIR, STAT: their first argument is a path
 
 
 class SFTPStreamError(OSError):

@@ -39,7 +39,7 @@ from ..offset import (
 )
 from ..shard.name import is_shard_name, parse_shard
 from .names import check_journal_name, check_segment_name
-from .pipeline import Op, expect, expect_ok
+from .pipeline import Op, SFTPStreamError, expect, expect_ok
 
 if TYPE_CHECKING:
     import paramiko  # SftpSource is given a paramiko SFTPClient: paramiko is imported where it is made (sej.hub.ssh)
@@ -116,11 +116,6 @@ class Source(Protocol):
         ...
 
     def read(self, journal: str, name: str, pos: int, size: int) -> bytes: ...
-
-    def read_seen(self, journal: str, name: str, pos: int, size: int) -> bytes:
-        """`read` of a segment that `size` (or a listing) found a regular file moments ago, in this pass: over
-        SFTP without a further lstat before the open (the file opened is still checked, by fstat)."""
-        ...
 
     def read_sums(self, journal: str, name: str, skip: int = 0) -> bytes | None:
         """The checksum file of a segment (sej.checksum); None when it has none (an unchecked segment).
@@ -297,9 +292,6 @@ class LocalSource:
         finally:
             os.close(fd)
 
-    def read_seen(self, journal: str, name: str, pos: int, size: int) -> bytes:
-        return self.read(journal, name, pos, size)  # no lstat to spare: the open checks the file itself
-
     def read_sums(self, journal: str, name: str, skip: int = 0) -> bytes | None:
         sums = sum_name(parse_segment_name(segment_name(check_segment_name(name))) or 0)
         try:
@@ -392,6 +384,7 @@ class SftpSource:
     """
 
     remote = True
+    reads_seen = True  # has read_seen (sej.hub.batch uses it after its probe)
 
     def __init__(self, sftp: paramiko.SFTPClient, root: str, label: str) -> None:
         from .pipeline import Pipeline
@@ -407,7 +400,7 @@ class SftpSource:
         except FileNotFoundError:
             is_journal = False
         except self._errors as e:
-            raise SourceError(f"{label}:{root}: {e}") from None
+            raise SourceError(f"{label}:{root}: {self._why(e)}") from None
         self.root = posixpath.dirname(root) if is_journal else root
         self._only: list[str] | None = [check_journal_name(posixpath.basename(root))] if is_journal else None
         self._skipped: dict[str, str] = {}
@@ -446,7 +439,7 @@ class SftpSource:
 
     def _why(self, e: BaseException) -> str:
         """A transport failure in words: a timeout's own message is empty."""
-        if isinstance(e, TimeoutError):
+        if isinstance(e, TimeoutError) and not str(e):  # the channel's timeout (not a TCP ETIMEDOUT)
             try:
                 limit = self.sftp.get_channel().gettimeout()
             except Exception:  # a closed channel: say what is known
@@ -466,7 +459,9 @@ class SftpSource:
         try:
             results = self._pipe.run(ops)
         except self._errors as e:
-            raise SourceError(f"{self.label}:{self.root}: {self._why(e)}") from None
+            waiting = self._pipe.stuck
+            on = f" (waiting on {', '.join(waiting)})" if waiting else ""
+            raise SourceError(f"{self.label}:{self.root}: {self._why(e)}{on}") from None
         return [_as_source_error(r, self.label, self.root) for r in results]
 
     def segments(self, journal: str) -> list[SourceSegment]:
@@ -498,6 +493,8 @@ class SftpSource:
             raise SourceError(f"{self.label}:{path}: {self._why(e)}") from None
 
     def read_seen(self, journal: str, name: str, pos: int, size: int) -> bytes:
+        """`read` of a segment that this source's `size` found a regular file of at least pos + size bytes
+        just before (the pass's probe): no second lstat before the open; what opened is still checked (fstat)."""
         if size > BULK_READ:
             return self.read(journal, name, pos, size)
         path = self._path(journal, SEGMENT_DIR, segment_name(check_segment_name(name)))
@@ -693,11 +690,13 @@ class SftpSource:
             except EOFError:  # an empty file
                 pass
             replies = replies[1:]
-        for (_p, n), reply in zip(ranges, replies[1:], strict=True):
+        for (p, n), reply in zip(ranges, replies[1:], strict=True):
             try:
                 data = expect(reply, CMD_DATA).get_string()
             except EOFError:  # the file shrank under us
                 break
+            if len(data) > n:  # never more than asked: bytes out of place
+                raise SFTPStreamError(f"{self.label}:{path}: a read of {n} bytes at {p} answered with {len(data)}")
             chunks.append(data)
             if len(data) < n:
                 break  # a short read: what follows is not contiguous
