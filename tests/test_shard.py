@@ -70,6 +70,7 @@ def test_bit_zero_is_the_plain_journal() -> None:
         "x\0",
         "é.3.007",
         "a" * 201,
+        "a" * 201 + ".3.007",  # a sharded name's prefix has the same limit
     ],
 )
 def test_malformed_names_are_rejected(name: str) -> None:

@@ -70,6 +70,10 @@ def parse_shard(name: object) -> ShardName:
             raise InvalidArgumentError(f"shard name {name!r}: index {index:03x} is not below 2**{bit}")
         if m.group(1) == "":
             raise InvalidArgumentError(f"shard name {name!r}: an empty prefix is written without its dot")
+        if len(prefix) > MAX_PREFIX:  # as check_prefix: no writer makes such a name
+            raise InvalidArgumentError(
+                f"shard name {name[:60]!r}...: its prefix is longer than {MAX_PREFIX} characters"
+            )
         return ShardName(prefix, bit, index)
     if name and PREFIX_RE.match(name) and len(name) <= MAX_PREFIX:
         return ShardName(name, 0, 0)
