@@ -1288,3 +1288,42 @@ def test_deferred_commits_wait_for_commit_interval_and_cost_no_listing(tmp_path:
     state.commit_interval = 0.0
     copy_all(lambda: Listing(src), hub, "c1", "hub", state=state)
     assert on_source() == hub_next() and state.pending == {}
+
+
+class OffsetReads(LocalSource):
+    """A LocalSource that records which journals' hub offsets were read on the source."""
+
+    def __init__(self, root: str, reads: list[str]) -> None:
+        super().__init__(root)
+        self.reads = reads
+
+    def read_offset(self, journal: str, reader: str) -> int | None:
+        self.reads.append(journal)
+        return super().read_offset(journal, reader)
+
+
+def test_an_initial_pass_reads_no_offset_on_the_source_and_a_pass_without_its_cache_reads_every_one(tmp_path) -> None:
+    """Before the hub has a copy of a journal, its offset on the source cannot change what the copy does: it is not
+    read, and the copy commits its own (over a previous hub's). Once the hub has copies, a pass that lost what the
+    last one knew reads every offset again, and rewrites none when nothing is new."""
+    from sej.offset import write_offset_file
+
+    src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
+    produce(src, 300)
+    journals = sorted(os.listdir(src))
+    os.makedirs(os.path.join(src, journals[0], "ofs"), exist_ok=True)
+    stale = os.path.join(src, journals[0], "ofs", "hub.ofs")
+    write_offset_file(stale, 3)  # a hub whose copy is gone committed this once
+    reads: list[str] = []
+    out = copy_all(lambda: OffsetReads(src, reads), hub, "c1", "hub", state=CopyState())
+    assert all(o.error is None and o.result is not None for o in out), out
+    assert reads == [], "no offset read for journals the hub has no copy of"
+    assert_identical(src, hub)
+    ofs = {j: os.path.join(src, j, "ofs", "hub.ofs") for j in journals}
+    for j in journals:
+        assert read_offset_file(ofs[j]) == sej.next_offset(os.path.join(src, j)), j
+    times = {j: os.stat(ofs[j]).st_mtime_ns for j in journals}
+    out = copy_all(lambda: OffsetReads(src, reads), hub, "c1", "hub", state=CopyState())
+    assert all(o.error is None and o.result is not None and o.result.messages == 0 for o in out), out
+    assert sorted(reads) == journals, "the hub has copies: every offset is read"
+    assert {j: os.stat(ofs[j]).st_mtime_ns for j in journals} == times, "nothing new: no offset file rewritten"

@@ -721,7 +721,9 @@ def _list(lister: Source, work: list[_Plan], reader: str) -> None:
         if p.segments is None:
             calls.append(("segments", p.journal))
             asked.append((p, "segments"))
-        if p.committed is None:
+        # Without a hub copy, the offset on the source matters to nothing before the copy commits its own (an
+        # initial pass over 1,000 journals saves 2 to 7 requests each); a copy of nothing then commits anyway.
+        if p.committed is None and (p.tail is not None or os.path.lexists(p.dest_dir)):
             calls.append(("read_offset", p.journal, reader))
             asked.append((p, "committed"))
     for (p, what), got in zip(asked, lister.many(calls) if calls else [], strict=True):
