@@ -596,10 +596,10 @@ def test_stale_commit_temp_files_left_on_the_producer_are_removed_over_sftp(sshd
         client.close()
 
 
-def test_a_grown_journal_is_read_without_a_second_lstat_and_a_fifo_swapped_in_fails_it_in_bounded_time(
+def test_a_pass_reads_what_it_just_listed_or_probed_without_an_lstat_and_a_swapped_in_fifo_fails_it_in_time(
     sshd, tmp_path, monkeypatch
 ) -> None:
-    """A pass that remembers probes each journal's last segment (an lstat); one that grew is then read without
+    """A pass reads what it has just listed, or probed (an lstat of each journal's last segment), without
     lstat'ing it again (sej.hub.source.SftpSource.read_seen). Its open still meets what is there then: a FIFO put
     in its place after the probe fails the pass at the I/O timeout, naming it, and no byte of it reaches the hub."""
     from sej.hub import CopyState
@@ -611,8 +611,6 @@ def test_a_grown_journal_is_read_without_a_second_lstat_and_a_fifo_swapped_in_fa
     state = CopyState()
     try:
         make = sftp_sources(client, str(src), "test")
-        assert all(o.error is None for o in copy_all(make, hub, "c1", "hub", state=state))
-        produce(str(src), 40, segment_size=1 << 20, seed=1)  # every journal grows
         lstats: list[str] = []
         seen: list[str] = []
         real_lstats, real_seen = SftpSource._lstats, SftpSource._read_seen
@@ -628,13 +626,20 @@ def test_a_grown_journal_is_read_without_a_second_lstat_and_a_fifo_swapped_in_fa
         monkeypatch.setattr(SftpSource, "_lstats", counting_lstats)
         monkeypatch.setattr(SftpSource, "_read_seen", counting_seen)
         out = copy_all(make, hub, "c1", "hub", state=state)
+        assert all(o.error is None for o in out)
+        journals = sorted(o.journal for o in out)
+        segments = {j: sej.list_segments(str(src / j))[0].path for j in journals}
+        # The initial pass lists each journal (a readdir with every entry's type): its reads lstat nothing.
+        assert sorted(seen) == journals and not set(lstats) & set(segments.values()), lstats
+        lstats.clear()
+        seen.clear()
+        produce(str(src), 40, segment_size=1 << 20, seed=1)  # every journal grows
+        out = copy_all(make, hub, "c1", "hub", state=state)
         assert all(o.error is None for o in out) and all(o.result and o.result.messages for o in out), out
         assert_identical(str(src), hub)
-        journals = sorted(o.journal for o in out)
         assert sorted(seen) == journals, "each grown journal read as probed"
         for j in journals:
-            (seg,) = sej.list_segments(str(src / j))
-            assert lstats.count(seg.path) == 1, (j, lstats.count(seg.path))
+            assert lstats.count(segments[j]) == 1, (j, lstats.count(segments[j]))
 
         # The race the probe leaves (as any lstat before an open does): the segment swapped for a FIFO before
         # the open. The open blocks in the sftp-server; the pass gives up at the I/O timeout, saying so, with

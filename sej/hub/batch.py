@@ -515,8 +515,7 @@ def copy_all(
         # thread (a daemon thread in sej-hub): one stuck in the kernel must not hold up the process's exit,
         # as a pool thread would.
         remote = getattr(lister, "remote", False)
-        # Reads right after the probe may skip its lstat (SftpSource.read_seen): in the pass's first round only.
-        seen = getattr(lister, "reads_seen", False)
+        reads_seen = getattr(lister, "reads_seen", False)  # SftpSource.read_seen: a read without an lstat first
 
         def spread(calls: list[Call]) -> list[Any]:
             return _spread(pool, own_source, calls, workers)
@@ -557,6 +556,9 @@ def copy_all(
             for _ in range(MAX_FOLLOW_UPS + 1):
                 with took("list"):
                     _list(lister, work, reader)
+                # The probe and this listing have just lstat'ed every segment the first round reads: no lstat again
+                # there (a round later, after copies and syncs, each read lstats its segment itself).
+                seen = reads_seen
                 grown: list[_Plan] = []
                 stalled: set[str] = set()  # grown, yet copied nothing: listed next (see _rolled_over)
                 for batch in _rounds(work):
@@ -752,7 +754,8 @@ def _read(many: Callable[[list[Call]], list[Any]], batch: list[_Plan], seen: boo
     """Read ahead what each journal of a round lacks, and the checksum files of the segments it copies into,
     all at once. Over SFTP `many` spreads them over the workers' channels, so several sftp-servers serve
     them (1,000 small reads: 0.16-0.22 s, 0.46 s on one); a checksum file read by each copy instead cost a
-    round trip per journal in the copy phase (0.8 s of a 1,000-journal pass)."""
+    round trip per journal in the copy phase (0.8 s of a 1,000-journal pass). `seen`: the probe or the
+    listing has just lstat'ed the segments (read_seen, no lstat again)."""
     reads: list[Call] = []
     wanted: list[tuple[_Plan, str, int, int, bool]] = []
     sums: list[Call] = []
@@ -760,8 +763,7 @@ def _read(many: Callable[[list[Call]], list[Any]], batch: list[_Plan], seen: boo
     for p in batch:
         have_name, have_size = p.hub_tail or ("", 0)
         for name, start, size, to_end in p.reads:
-            # `seen`: the probe has just lstat'ed a grown journal's segment (a round later: read with an lstat).
-            reads.append(("read_seen" if seen and p.grown else "read", p.journal, name, start, size))
+            reads.append(("read_seen" if seen else "read", p.journal, name, start, size))
             wanted.append((p, name, start, size, to_end))
             if hub_copy.VERIFY and start + size > (have_size if name == have_name else 0):  # bytes to copy: checked
                 # From the last pass's mark on, as copy_journal will ask (it checks the mark's anchor).
