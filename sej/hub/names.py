@@ -26,6 +26,10 @@ def check_client_id(client_id: object) -> str:
     return client_id
 
 
+MAX_CACHED = 255
+"""Longest journal name the check remembers (NAME_MAX): a hostile server's huge names are not kept."""
+
+
 def check_journal_name(name: object) -> str:
     """A client's journal directory name: a shard name (`prefix.bit.index`) or a plain prefix."""
     if not isinstance(name, str):
@@ -34,10 +38,6 @@ def check_journal_name(name: object) -> str:
         parse_shard(name)
         return str.__str__(name)
     return _journal_name(str.__str__(name))  # a plain str: a subclass's own equality never reaches the cache
-
-
-MAX_CACHED = 255
-"""Longest journal name the check remembers (NAME_MAX): a hostile server's huge names are not kept."""
 
 
 @lru_cache(maxsize=1 << 14)

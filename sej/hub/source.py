@@ -384,7 +384,7 @@ class SftpSource:
     """
 
     remote = True
-    reads_seen = True  # has read_seen (sej.hub.batch uses it after its probe)
+    reads_seen = True  # `many` takes ("read_seen", ...) calls (sej.hub.batch, right after its probe or listing)
 
     def __init__(self, sftp: paramiko.SFTPClient, root: str, label: str) -> None:
         from .pipeline import Pipeline
@@ -437,6 +437,9 @@ class SftpSource:
     def _path(self, journal: str, *parts: str) -> str:
         return posixpath.join(self.root, check_journal_name(journal), *parts)
 
+    def _segment_path(self, journal: str, name: str) -> str:
+        return self._path(journal, SEGMENT_DIR, segment_name(check_segment_name(name)))
+
     def _why(self, e: BaseException) -> str:
         """A transport failure in words: a timeout's own message is empty."""
         if isinstance(e, TimeoutError) and not str(e):  # the channel's timeout (not a TCP ETIMEDOUT)
@@ -471,7 +474,7 @@ class SftpSource:
         return self._call(self._size(journal, name), self._path(journal, SEGMENT_DIR, name))
 
     def read(self, journal: str, name: str, pos: int, size: int) -> bytes:
-        path = self._path(journal, SEGMENT_DIR, segment_name(check_segment_name(name)))
+        path = self._segment_path(journal, name)
         if size <= BULK_READ:
             return self._call(self._read_file(path, pos, size), path)
         # A big read: paramiko's readv sends the requests from a thread of its own while this one
@@ -491,14 +494,6 @@ class SftpSource:
                 return b"".join(f.readv(ranges)) if ranges else b""
         except self._errors as e:
             raise SourceError(f"{self.label}:{path}: {self._why(e)}") from None
-
-    def read_seen(self, journal: str, name: str, pos: int, size: int) -> bytes:
-        """`read` of a segment that this source's `size` found a regular file of at least pos + size bytes
-        just before (the pass's probe): no second lstat before the open; what opened is still checked (fstat)."""
-        if size > BULK_READ:
-            return self.read(journal, name, pos, size)
-        path = self._path(journal, SEGMENT_DIR, segment_name(check_segment_name(name)))
-        return self._call(self._read_seen(journal, name, pos, size), path)
 
     def read_sums(self, journal: str, name: str, skip: int = 0) -> bytes | None:
         path = self._sums_path(journal, name)
@@ -645,7 +640,7 @@ class SftpSource:
         return result
 
     def _size(self, journal: str, name: str) -> Op[int | None]:
-        path = self._path(journal, SEGMENT_DIR, segment_name(check_segment_name(name)))
+        path = self._segment_path(journal, name)
         (attrs,) = yield from self._lstats(path)
         if attrs is None:
             return None
@@ -659,14 +654,17 @@ class SftpSource:
         (reply,) = yield [(CMD_OPEN, path.encode(), flags, SFTPAttributes())]
         return expect(reply, CMD_HANDLE).get_binary()  # type: ignore[no-any-return]
 
-    def _read_file(self, path: str, pos: int, size: int) -> Op[bytes]:
-        """Bytes [pos, pos + size) of a regular file (fewer at its end); never opens anything else."""
+    def _read_file(self, path: str, pos: int, size: int, lstat: bool = True) -> Op[bytes]:
+        """Bytes [pos, pos + size) of a regular file (fewer at its end); never opens anything else. Without
+        `lstat`, the caller has just lstat'ed it (and the fstat after the open still checks what opened)."""
         from paramiko.sftp import SFTP_FLAG_READ
 
-        (attrs,) = yield from self._lstats(path)
-        self._is(path, attrs, stat.S_ISREG, "a regular file")  # never open a FIFO: it would hang the server
-        assert attrs is not None
-        end = min(pos + size, attrs.st_size or 0)
+        end = pos + size
+        if lstat:
+            (attrs,) = yield from self._lstats(path)
+            self._is(path, attrs, stat.S_ISREG, "a regular file")  # never open a FIFO: it would hang the server
+            assert attrs is not None
+            end = min(end, attrs.st_size or 0)
         handle = yield from self._open(path, SFTP_FLAG_READ)
         return (yield from self._closing(handle, self._read_open(path, handle, pos, end)))
 
@@ -703,16 +701,12 @@ class SftpSource:
         return b"".join(chunks)
 
     def _read(self, journal: str, name: str, pos: int, size: int) -> Op[bytes]:
-        return self._read_file(self._path(journal, SEGMENT_DIR, segment_name(check_segment_name(name))), pos, size)
+        return self._read_file(self._segment_path(journal, name), pos, size)
 
     def _read_seen(self, journal: str, name: str, pos: int, size: int) -> Op[bytes]:
-        # The lstat that found it a regular file was this pass's (a FIFO put there since hangs this channel
-        # as it would after an lstat of our own: the pass's watchdog ends it); fstat checks what opened.
-        from paramiko.sftp import SFTP_FLAG_READ
-
-        path = self._path(journal, SEGMENT_DIR, segment_name(check_segment_name(name)))
-        handle = yield from self._open(path, SFTP_FLAG_READ)
-        return (yield from self._closing(handle, self._read_open(path, handle, pos, pos + size)))
+        # The lstat that found it a regular file was the pass's probe or listing (a FIFO put there since
+        # blocks the open, as it would after an lstat of our own, until the I/O timeout).
+        return self._read_file(self._segment_path(journal, name), pos, size, lstat=False)
 
     def _read_offset(self, journal: str, reader: str) -> Op[int | None]:
         path = self._path(journal, OFFSET_DIR, offset_file_name(reader))
