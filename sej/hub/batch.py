@@ -29,10 +29,11 @@ import os
 import random
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from ..checksum import HEADER as SUM_HEADER
 from ..checksum import RECORD
@@ -67,6 +68,16 @@ PREFETCH_PER_ROUND = 64 << 20
 SWEEP_EVERY = 3600.0
 """Seconds between two sweeps of a journal's ofs/ on the source for the temp files that killed commits left
 (sej.offset.STALE_TEMP_AGE): a sweep lists ofs/, four more requests to a commit's eight."""
+
+
+class KeptSources(Protocol):
+    """Sources kept between passes (sej.hub.location.Sources.kept, the daemon's), which keep files open."""
+
+    def __call__(self, k: int) -> Source:
+        """Source `k` (0 <= k < workers); each is used by one thread at a time."""
+
+    def forget(self, journals: set[str]) -> None:
+        """Let go of the files kept open for `journals`: the next read opens their paths afresh."""
 
 
 class JournalOutcome(NamedTuple):
@@ -461,6 +472,7 @@ def copy_all(
     on_skip: Callable[[str, str], None] | None = None,
     state: CopyState | None = None,
     destinations: Destinations | None = None,
+    kept: KeptSources | None = None,
 ) -> list[JournalOutcome]:
     """Copy every journal of a source, several at once; one journal's error does not stop the others.
 
@@ -472,6 +484,8 @@ def copy_all(
     with a `path` is saved there at the end. `destinations` keeps the hub's journals open
     between passes (the daemon's); without them, the pass keeps the journals it copies into open (and
     locked) until it ends, up to sej.hub.copy.open_journals(), which raises the process's open-files limit.
+    `kept` gives the workers' sources kept between passes (the daemon's): each journal's reads and commits
+    then go to the same one every pass, which keeps the journal's last segment and checksum file open.
     """
     os.makedirs(dest_root, exist_ok=True)
     state = state if state is not None else CopyState()
@@ -493,8 +507,10 @@ def copy_all(
                 sources.append(src)
         return src
 
+    let_go: set[str] = set()  # journals whose files the kept sources are to let go of: gone, failed or stalled
     try:
         journals = lister.journals()
+        let_go.update(state.tails.keys() - set(journals))
         state.keep_only(set(journals))
         for name, why in sorted(lister.skipped().items()):
             if on_skip is not None:
@@ -518,6 +534,8 @@ def copy_all(
         reads_seen = getattr(lister, "reads_seen", False)  # SftpSource.read_seen: a read without an lstat first
 
         def spread(calls: list[Call]) -> list[Any]:
+            if kept is not None:
+                return _spread_kept(pool, kept, calls, workers)
             return _spread(pool, own_source, calls, workers)
 
         took = _Phases()
@@ -586,12 +604,15 @@ def copy_all(
                     for p, outcome, _src in done:
                         p.data, p.sums = {}, {}  # the bytes are written: free them before the next round
                         outcomes[p.journal] = _added(outcomes.get(p.journal), outcome)
+                        if outcome.error is not None:
+                            let_go.add(p.journal)
                         if p.grown and outcome.result is not None:
                             grown.append(p)
                             if _stalled(p, outcome.result, state):
                                 stalled.add(p.journal)
                     with took("commit"):
                         _commit(spread if remote else lister.many, done, reader, state, outcomes, client_id)
+                let_go |= stalled
                 with took("probe"):
                     work = _rolled_over(lister, grown, state, stalled)
                 if not work:
@@ -604,6 +625,8 @@ def copy_all(
         return [outcomes[j] for j in journals if j in outcomes]
     finally:
         try:
+            if kept is not None and let_go:
+                kept.forget(let_go)
             state.save()
         finally:
             try:
@@ -788,6 +811,27 @@ def _spread(pool: ThreadPoolExecutor, own_source: Callable[[], Source], calls: l
     n = -(-len(calls) // max(1, ways))
     parts = [calls[i : i + n] for i in range(0, len(calls), n)]
     return [r for got in pool.map(lambda part: own_source().many(part), parts) for r in got]
+
+
+def _home(journal: str, ways: int) -> int:
+    """The kept source of a journal's calls: the same every pass, so the files it keeps open are there."""
+    return zlib.crc32(journal.encode("utf-8", "surrogateescape")) % max(1, ways)
+
+
+def _spread_kept(pool: ThreadPoolExecutor, kept: KeptSources, calls: list[Call], ways: int) -> list[Any]:
+    """`many(calls)` over the kept sources, each journal's calls to its home (`_home`)."""
+    if not calls:
+        return []
+    ways = max(1, ways)
+    parts: list[list[int]] = [[] for _ in range(ways)]
+    for i, c in enumerate(calls):
+        parts[_home(c[1], ways)].append(i)
+    busy = [k for k in range(ways) if parts[k]]
+    out: list[Any] = [None] * len(calls)
+    for k, got in zip(busy, pool.map(lambda k: kept(k).many([calls[i] for i in parts[k]]), busy), strict=True):
+        for i, r in zip(parts[k], got, strict=True):
+            out[i] = r
+    return out
 
 
 def _sync(

@@ -272,6 +272,21 @@ class _Watched:
             self.src.close()
 
 
+class _Kept:
+    """The connection's kept sources (sej.hub.batch.KeptSources), watched."""
+
+    def __init__(self, sources: Sources, client: _Client) -> None:
+        self.sources = sources
+        self.client = client
+
+    def __call__(self, k: int) -> Source:
+        with self.client.call():  # opening a channel is a call to the producer
+            return _Watched(self.sources.kept(k), self.client)
+
+    def forget(self, journals: set[str]) -> None:
+        self.sources.forget(journals)
+
+
 class _Client:
     """One producer: its connection, kept between passes, and its run of failures."""
 
@@ -483,9 +498,11 @@ class _Client:
                 report.skipped.add(name)
                 self._tell_skip(name, why)
 
+            kept = _Kept(self.remote, self) if self.remote is not None else None
             report.outcomes = copy_all(make_source, self.hub.hub_root, cid, self.hub.hub_name, self.hub.workers, stop,
                                        on_bytes=self._copied, on_skip=on_skip, state=self.state,
-                                       destinations=self.destinations)  # fmt: skip
+                                       destinations=self.destinations,
+                                       kept=kept)  # fmt: skip
             report.complete = not stop.is_set()
             if not report.outcomes and not self.told_empty:
                 self.told_empty = True

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import re
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
 from ..errors import InvalidArgumentError, SejError
-from .source import CONNECT_TIMEOUT, IO_TIMEOUT, LocalSource, Source
+from .source import CONNECT_TIMEOUT, IO_TIMEOUT, KEEP_HANDLES, LocalSource, Source
 
 if TYPE_CHECKING:
     import paramiko
@@ -114,9 +115,42 @@ class Sources:
         self.label = label
         self.ssh = ssh
         self._make = make
+        self._kept: dict[int, Source] = {}
+        self._lock = threading.Lock()
 
     def __call__(self) -> Source:
         return self._make()
+
+    def kept(self, k: int) -> Source:
+        """Source `k` of those kept between passes (the daemon's): the same channel, and the files it keeps
+        open, until it breaks (then a new one). The caller uses each from one thread at a time."""
+        with self._lock:
+            src = self._kept.get(k)
+            if src is not None and not getattr(src, "broken", False):
+                return src
+            self._kept.pop(k, None)
+        if src is not None:
+            src.close()
+        src = self._make()
+        try:
+            keep = getattr(src, "keep_handles", None)
+            if keep is not None:
+                keep(KEEP_HANDLES)
+        except BaseException:
+            src.close()
+            raise
+        with self._lock:
+            self._kept[k] = src
+        return src
+
+    def forget(self, journals: set[str]) -> None:
+        """Let the kept sources go of what they hold open for `journals` (gone, or stalled)."""
+        with self._lock:
+            kept = list(self._kept.values())
+        for src in kept:
+            forget = getattr(src, "forget", None)
+            if forget is not None:
+                forget(journals)
 
     def alive(self) -> bool:
         """False once the SSH connection is gone (closed, or lost); a local origin is always alive."""
@@ -126,8 +160,14 @@ class Sources:
         return transport is not None and transport.is_active()
 
     def close(self) -> None:
-        if self.ssh is not None:
-            self.ssh.close()
+        with self._lock:
+            kept, self._kept = list(self._kept.values()), {}
+        try:
+            if self.ssh is not None:  # first: the connection's end ends every call still waiting on it
+                self.ssh.close()
+        finally:
+            for src in kept:
+                src.close()
 
     def __enter__(self) -> Sources:
         return self

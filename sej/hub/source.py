@@ -11,6 +11,8 @@ import logging
 import os
 import posixpath
 import stat
+import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
@@ -79,6 +81,12 @@ CONNECT_TIMEOUT = 15.0
 IO_TIMEOUT = 60.0
 """Seconds an SFTP request may wait for its reply: a stalled producer fails the pass, never hangs it."""
 
+KEEP_HANDLES = 512
+"""Files a kept channel (the daemon's) holds open at most, fewer if the server's limits say so."""
+
+KEEP_SECONDS = 60.0
+"""How long a kept file stays open: what a producer replaced or deleted is let go within this."""
+
 
 class SourceSegment(NamedTuple):
     first_offset: int
@@ -90,6 +98,14 @@ T = TypeVar("T")
 
 Call = tuple[Any, ...]
 """A call for `Source.many`: the method's name and its arguments, e.g. ("size", journal, name)."""
+
+
+class _Kept(NamedTuple):
+    """A file a kept channel holds open between calls (SftpSource.keep_handles)."""
+
+    path: str
+    handle: bytes
+    until: float  # time.monotonic() after which it is let go
 
 
 class SourceError(SejError):
@@ -404,6 +420,27 @@ class SftpSource:
         self.root = posixpath.dirname(root) if is_journal else root
         self._only: list[str] | None = [check_journal_name(posixpath.basename(root))] if is_journal else None
         self._skipped: dict[str, str] = {}
+        self.broken = False  # a transport failure: requests may still be in flight, the channel is unusable
+        self._keep_max = 0  # files kept open between calls (keep_handles)
+        self._kept: OrderedDict[tuple[str, str], _Kept] = OrderedDict()  # (journal, "jnl" or "sum"), oldest first
+        self._closing_kept: list[bytes] = []  # handles let go, closed with the next requests
+
+    def keep_handles(self, most: int = KEEP_HANDLES) -> None:
+        """Keep the last segment and checksum file read of each journal open between calls (at most `most`
+        files, and at most half what the server allows), so that the next read of them is a READ alone."""
+        self._keep_max = most
+        try:
+            limit = self._pipe.one(self._handle_limit())
+        except self._errors as e:
+            self.broken = True
+            raise SourceError(f"{self.label}:{self.root}: {self._why(e)}") from None
+        if limit is not None:
+            self._keep_max = min(most, limit // 2)
+
+    def forget(self, journals: set[str] | None = None) -> None:
+        """Let go of the files kept open for `journals` (all, without): closed with the next requests."""
+        for key in [k for k in self._kept if journals is None or k[0] in journals]:
+            self._closing_kept.append(self._kept.pop(key).handle)
 
     def journals(self) -> list[str]:
         self._skipped = {}
@@ -453,15 +490,26 @@ class SftpSource:
     def _call(self, op: Op[T], path: str) -> T:
         """Run one operation; a transport failure becomes a SourceError naming `path`."""
         try:
-            return self._pipe.one(op)
+            if not self._closing_kept:
+                return self._pipe.one(op)
+            result = self._pipe.run([op, self._close_let_go()])[0]
         except self._errors as e:
+            self.broken = True
             raise SourceError(f"{self.label}:{path}: {self._why(e)}") from None
+        if isinstance(result, Exception):
+            raise result
+        return result  # type: ignore[no-any-return]
 
     def many(self, calls: list[Call]) -> list[Any]:
         ops = [getattr(self, f"_{c[0]}")(*c[1:]) for c in calls]
+        if self._closing_kept:
+            ops.append(self._close_let_go())
         try:
             results = self._pipe.run(ops)
+            if len(results) > len(calls):
+                results = results[: len(calls)]
         except self._errors as e:
+            self.broken = True
             waiting = self._pipe.stuck
             on = f" (waiting on {', '.join(waiting)})" if waiting else ""
             raise SourceError(f"{self.label}:{self.root}: {self._why(e)}{on}") from None
@@ -507,14 +555,57 @@ class SftpSource:
         from paramiko.sftp import SFTP_FLAG_READ
 
         path = self._sums_path(journal, name)
+        head, pos = sums_skip(skip)
+        key = (journal, INDEX_DIR)
+        kept = self._kept_for(key, path) if self._keep_max > 0 else None
+        if kept is not None:  # checked a regular file when it was opened: READs alone
+            try:
+                return (yield from self._read_rest(path, kept, pos, head))
+            except OSError:  # the server no longer has it: open the path again
+                self._let_go(key, kept)
         (attrs,) = yield from self._lstats(path)
         if attrs is None:
             return None
         self._is(path, attrs, stat.S_ISREG, "a regular file")  # never open a FIFO: it would hang the server
-        head, pos = sums_skip(skip)
         end = min(attrs.st_size or 0, MAX_SUMS)
         handle = yield from self._open(path, SFTP_FLAG_READ)
-        return (yield from self._closing(handle, self._read_open(path, handle, pos, max(pos, end), head)))
+        if self._keep_max <= 0:
+            return (yield from self._closing(handle, self._read_open(path, handle, pos, max(pos, end), head)))
+        try:
+            data = yield from self._read_open(path, handle, pos, max(pos, end), head)
+        except BaseException:
+            self._closing_kept.append(handle)
+            raise
+        if not self._keep(key, path, handle):
+            self._closing_kept.append(handle)
+        return data
+
+    def _read_rest(self, path: str, handle: bytes, pos: int, head: int) -> Op[bytes]:
+        """A kept file's first `head` bytes, then its bytes from `pos` to its end (at most MAX_SUMS)."""
+        from paramiko.sftp import CMD_DATA, CMD_READ, int64
+
+        chunks = []
+        first = [(CMD_READ, handle, int64(0), head)] if head else []
+        while pos < MAX_SUMS:
+            n = min(READ_RANGE, MAX_SUMS - pos)
+            replies = yield [*first, (CMD_READ, handle, int64(pos), n)]
+            if first:
+                try:
+                    chunks.append(expect(replies[0], CMD_DATA).get_string()[:head])
+                except EOFError:  # an empty file
+                    pass
+                first = []
+            try:
+                data = expect(replies[-1], CMD_DATA).get_string()
+            except EOFError:
+                break
+            if len(data) > n:  # never more than asked: bytes out of place
+                raise SFTPStreamError(f"{self.label}:{path}: a read of {n} bytes at {pos} answered with {len(data)}")
+            chunks.append(data)
+            pos += len(data)
+            if len(data) < n:
+                break
+        return b"".join(chunks)
 
     def read_offset(self, journal: str, reader: str) -> int | None:
         path = self._path(journal, OFFSET_DIR, offset_file_name(reader))
@@ -654,9 +745,11 @@ class SftpSource:
         (reply,) = yield [(CMD_OPEN, path.encode(), flags, SFTPAttributes())]
         return expect(reply, CMD_HANDLE).get_binary()  # type: ignore[no-any-return]
 
-    def _read_file(self, path: str, pos: int, size: int, lstat: bool = True) -> Op[bytes]:
+    def _read_file(self, path: str, pos: int, size: int, lstat: bool = True, keep: tuple[str, str] | None = None
+                   ) -> Op[bytes]:  # fmt: skip
         """Bytes [pos, pos + size) of a regular file (fewer at its end); never opens anything else. Without
-        `lstat`, the caller has just lstat'ed it (and the fstat after the open still checks what opened)."""
+        `lstat`, the caller has just lstat'ed it (and the fstat after the open still checks what opened).
+        With `keep`, the file is kept open for that key (keep_handles), or read through the handle kept."""
         from paramiko.sftp import SFTP_FLAG_READ
 
         end = pos + size
@@ -665,30 +758,108 @@ class SftpSource:
             self._is(path, attrs, stat.S_ISREG, "a regular file")  # never open a FIFO: it would hang the server
             assert attrs is not None
             end = min(end, attrs.st_size or 0)
+        kept = self._kept_for(keep, path) if keep is not None else None
+        if kept is not None:  # checked a regular file when it was opened: a READ alone
+            try:
+                data = yield from self._read_open(path, kept, pos, end, fstat=False)
+            except OSError:  # the server no longer has it
+                data = None
+            if data is not None and len(data) == max(0, end - pos):
+                return data
+            # Shorter than the path's lstat (the probe's, or ours): not the file there now. Open the path.
+            assert keep is not None
+            self._let_go(keep, kept)
         handle = yield from self._open(path, SFTP_FLAG_READ)
-        return (yield from self._closing(handle, self._read_open(path, handle, pos, end)))
+        if keep is None or self._keep_max <= 0:
+            return (yield from self._closing(handle, self._read_open(path, handle, pos, end)))
+        try:
+            data = yield from self._read_open(path, handle, pos, end)
+        except BaseException:
+            self._closing_kept.append(handle)
+            raise
+        if not self._keep(keep, path, handle):
+            self._closing_kept.append(handle)
+        return data
 
-    def _read_open(self, path: str, handle: bytes, pos: int, end: int, head: int = 0) -> Op[bytes]:
-        """Bytes [pos, end) of an open file, checked to be a regular file (fstat) with the same reads;
-        with `head`, after the file's first `head` bytes (read in the same round)."""
+    def _kept_for(self, key: tuple[str, str], path: str) -> bytes | None:
+        """The handle kept for `key` if it is `path`'s and young; one of an earlier path, or old, is let go."""
+        kept = self._kept.get(key)
+        if kept is None:
+            return None
+        if kept.path == path and time.monotonic() < kept.until:
+            self._kept.move_to_end(key)
+            return kept.handle
+        if kept.path < path or time.monotonic() >= kept.until:  # the journal has moved on to a later segment
+            self._let_go(key, kept.handle)
+        return None
+
+    def _keep(self, key: tuple[str, str], path: str, handle: bytes) -> bool:
+        """Keep `handle` (of `path`) open for `key`; False when it is not kept (the caller closes it)."""
+        kept = self._kept.get(key)
+        if kept is not None:
+            if kept.path > path:  # a later segment of the journal is kept
+                return False
+            self._let_go(key, kept.handle)
+        self._kept[key] = _Kept(path, handle, time.monotonic() + KEEP_SECONDS)
+        while len(self._kept) > self._keep_max:
+            _key, oldest = self._kept.popitem(last=False)
+            self._closing_kept.append(oldest.handle)
+        return True
+
+    def _let_go(self, key: tuple[str, str], handle: bytes) -> None:
+        kept = self._kept.get(key)
+        if kept is not None and kept.handle == handle:
+            del self._kept[key]
+        self._closing_kept.append(handle)
+
+    def _close_let_go(self) -> Op[None]:
+        """Close the handles let go (their errors ignored: what the server no longer has is closed)."""
+        from paramiko.sftp import CMD_CLOSE
+
+        handles, self._closing_kept = self._closing_kept, []
+        if handles:
+            yield [(CMD_CLOSE, h) for h in handles]
+
+    def _handle_limit(self) -> Op[int | None]:
+        """The most handles the server allows open (OpenSSH's limits@openssh.com), None if it does not say."""
+        from paramiko.sftp import CMD_EXTENDED, CMD_EXTENDED_REPLY
+
+        (reply,) = yield [(CMD_EXTENDED, b"limits@openssh.com")]
+        try:
+            msg = expect(reply, CMD_EXTENDED_REPLY)
+            for _ in range(3):  # packet, read and write lengths
+                msg.get_int64()
+            limit = msg.get_int64()
+        except (OSError, EOFError):  # not an OpenSSH server, or an old one
+            return None
+        return limit if limit > 0 else None
+
+    def _read_open(self, path: str, handle: bytes, pos: int, end: int, head: int = 0, fstat: bool = True
+                   ) -> Op[bytes]:  # fmt: skip
+        """Bytes [pos, end) of an open file, checked to be a regular file (fstat) with the same reads
+        (unless `fstat` is False: a kept handle); with `head`, after the file's first `head` bytes (read in
+        the same round)."""
         from paramiko import SFTPAttributes
         from paramiko.sftp import CMD_ATTRS, CMD_DATA, CMD_FSTAT, CMD_READ, int64
 
         # fstat and the reads go together; OpenSSH serves a read of up to 256 KiB less a header.
         ranges = [(p, min(READ_RANGE, end - p)) for p in range(pos, end, READ_RANGE)]
         first = [(CMD_READ, handle, int64(0), head)] if head else []
-        replies = yield [(CMD_FSTAT, handle), *first, *((CMD_READ, handle, int64(p), n) for p, n in ranges)]
-        opened = SFTPAttributes._from_msg(expect(replies[0], CMD_ATTRS))
-        if not stat.S_ISREG(opened.st_mode or 0):
-            raise UnsafeFileError(f"{self.label}:{path}", kind(opened.st_mode or 0))
+        check = [(CMD_FSTAT, handle)] if fstat else []
+        replies = yield [*check, *first, *((CMD_READ, handle, int64(p), n) for p, n in ranges)]
+        if fstat:
+            opened = SFTPAttributes._from_msg(expect(replies[0], CMD_ATTRS))
+            if not stat.S_ISREG(opened.st_mode or 0):
+                raise UnsafeFileError(f"{self.label}:{path}", kind(opened.st_mode or 0))
+            replies = replies[1:]
         chunks = []
         if head:
             try:
-                chunks.append(expect(replies[1], CMD_DATA).get_string()[:head])
+                chunks.append(expect(replies[0], CMD_DATA).get_string()[:head])
             except EOFError:  # an empty file
                 pass
             replies = replies[1:]
-        for (p, n), reply in zip(ranges, replies[1:], strict=True):
+        for (p, n), reply in zip(ranges, replies, strict=True):
             try:
                 data = expect(reply, CMD_DATA).get_string()
             except EOFError:  # the file shrank under us
@@ -701,12 +872,12 @@ class SftpSource:
         return b"".join(chunks)
 
     def _read(self, journal: str, name: str, pos: int, size: int) -> Op[bytes]:
-        return self._read_file(self._segment_path(journal, name), pos, size)
+        return self._read_file(self._segment_path(journal, name), pos, size, keep=(journal, SEGMENT_DIR))
 
     def _read_seen(self, journal: str, name: str, pos: int, size: int) -> Op[bytes]:
         # The lstat that found it a regular file was the pass's probe or listing (a FIFO put there since
         # blocks the open, as it would after an lstat of our own, until the I/O timeout).
-        return self._read_file(self._segment_path(journal, name), pos, size, lstat=False)
+        return self._read_file(self._segment_path(journal, name), pos, size, lstat=False, keep=(journal, SEGMENT_DIR))
 
     def _read_offset(self, journal: str, reader: str) -> Op[int | None]:
         path = self._path(journal, OFFSET_DIR, offset_file_name(reader))
