@@ -79,6 +79,9 @@ class KeptSources(Protocol):
     def forget(self, journals: set[str]) -> None:
         """Let go of the files kept open for `journals`: the next read opens their paths afresh."""
 
+    def tidy(self) -> None:
+        """Close the files let go of, and those kept open for long (at the end of each pass)."""
+
 
 class JournalOutcome(NamedTuple):
     journal: str
@@ -494,9 +497,10 @@ def copy_all(
     own_destinations = destinations is None
     if destinations is None:
         destinations = Destinations(open_journals())
-    lister = make_source()
+    # The lister (the probe, listings, look-ups in this thread) is kept too: no channel opened per pass.
+    lister = kept(workers) if kept is not None else make_source()
     local = threading.local()
-    sources: list[Source] = [lister]
+    sources: list[Source] = [] if kept is not None else [lister]
     sources_lock = threading.Lock()
 
     def own_source() -> Source:
@@ -620,12 +624,15 @@ def copy_all(
             with took("commit"):  # the deferred commits now due; on stop, all of them
                 _commit_pending(spread if remote else lister.many, state, reader, outcomes, client_id,
                                 everything=stop is not None and stop.is_set())  # fmt: skip
+        if kept is not None:
+            kept.forget(let_go)
+            kept.tidy()
         log.debug("%s: %d journals, %d probed unchanged; %s", lister.describe(""), len(journals), unchanged,
                   took)  # fmt: skip
         return [outcomes[j] for j in journals if j in outcomes]
     finally:
         try:
-            if kept is not None and let_go:
+            if kept is not None and let_go:  # a pass that failed: closed by the next pass's tidy
                 kept.forget(let_go)
             state.save()
         finally:

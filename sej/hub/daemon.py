@@ -286,6 +286,10 @@ class _Kept:
     def forget(self, journals: set[str]) -> None:
         self.sources.forget(journals)
 
+    def tidy(self) -> None:
+        with self.client.call():
+            self.sources.tidy()
+
 
 class _Client:
     """One producer: its connection, kept between passes, and its run of failures."""

@@ -144,13 +144,22 @@ class Sources:
         return src
 
     def forget(self, journals: set[str]) -> None:
-        """Let the kept sources go of what they hold open for `journals` (gone, or stalled)."""
-        with self._lock:
-            kept = list(self._kept.values())
-        for src in kept:
+        """Let the kept sources go of what they hold open for `journals` (gone, failed or stalled)."""
+        for src in self._kept_now():
             forget = getattr(src, "forget", None)
             if forget is not None:
                 forget(journals)
+
+    def tidy(self) -> None:
+        """Close what the kept sources let go of, or kept open for long (SftpSource.tidy)."""
+        for src in self._kept_now():
+            tidy = getattr(src, "tidy", None)
+            if tidy is not None and not getattr(src, "broken", False):
+                tidy()
+
+    def _kept_now(self) -> list[Source]:
+        with self._lock:
+            return list(self._kept.values())
 
     def alive(self) -> bool:
         """False once the SSH connection is gone (closed, or lost); a local origin is always alive."""

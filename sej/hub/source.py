@@ -442,6 +442,15 @@ class SftpSource:
         for key in [k for k in self._kept if journals is None or k[0] in journals]:
             self._closing_kept.append(self._kept.pop(key).handle)
 
+    def tidy(self) -> None:
+        """Close the files let go, and those kept for KEEP_SECONDS (a request round, only if there are any):
+        no file stays open on the producer for long, deleted or not, while its journal is idle."""
+        now = time.monotonic()
+        for key in [k for k, kept in self._kept.items() if kept.until <= now]:
+            self._closing_kept.append(self._kept.pop(key).handle)
+        if self._closing_kept and not self.broken:
+            self._call(self._close_let_go(), self.root)
+
     def journals(self) -> list[str]:
         self._skipped = {}
         if self._only is not None:
