@@ -1,0 +1,196 @@
+"""The daemon's kept SFTP channels (sej.hub.location.Sources.kept): the same channels every pass, each keeping
+its journals' last segment and checksum file open, so that a grown journal is read with READs alone. Over a real
+sshd; what the producer's sftp-servers hold open is read from /proc, not from the hub's own bookkeeping."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+import sej
+from sej.hub import CopyState, copy_all
+from sej.hub import location as hub_location
+from sej.hub.location import Sources
+from sej.hub.source import SftpSource, SourceError
+from sej.hub.ssh import sftp_sources
+from testing.sshd import descendants
+
+from .test_hub_copy import assert_identical, produce
+from .test_hub_copy import journal_files as journal_files_of
+from .test_hub_ssh import connect_to
+
+BIG = 1 << 20  # segment size: one segment per journal
+
+
+class Keeper:
+    """sej.hub.batch.KeptSources over Sources, as the daemon's (without its watchdog)."""
+
+    def __init__(self, sources: Sources) -> None:
+        self.sources = sources
+
+    def __call__(self, k: int) -> SftpSource:
+        return self.sources.kept(k)  # type: ignore[return-value]
+
+    def forget(self, journals: set[str]) -> None:
+        self.sources.forget(journals)
+
+    def tidy(self) -> None:
+        self.sources.tidy()
+
+
+def held_open(sshd, under: str) -> list[str]:  # type: ignore[no-untyped-def]
+    """The files under `under` that the sshd's processes (its sftp-servers) hold open ("(deleted)" kept)."""
+    found = []
+    for pid in descendants(sshd.pid):
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:  # gone meanwhile
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith(under + os.sep):
+                found.append(target)
+    return found
+
+
+def open_paths(monkeypatch) -> list[str]:  # type: ignore[no-untyped-def]
+    """The paths SftpSource opens from now on (SSH_FXP_OPEN)."""
+    opened: list[str] = []
+    real = SftpSource._open
+
+    def counting(self, path, flags):  # type: ignore[no-untyped-def]
+        opened.append(path)
+        return (yield from real(self, path, flags))
+
+    monkeypatch.setattr(SftpSource, "_open", counting)
+    return opened
+
+
+def journal_files(opened: list[str]) -> list[str]:
+    return [p for p in opened if p.endswith((".jnl", ".sum"))]
+
+
+def test_kept_channels_read_grown_journals_through_the_files_they_keep_open_and_let_deleted_ones_go(
+    sshd, tmp_path, monkeypatch
+) -> None:
+    src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
+    produce(src, 300, segment_size=BIG)
+    journals = sorted(os.listdir(src))
+    client = connect_to(sshd)
+    sources = Sources("test", sftp_sources(client, src, "test"), client)
+    keeper, state = Keeper(sources), CopyState()
+    try:
+        opened = open_paths(monkeypatch)
+        out = copy_all(sources, hub, "c1", "hub", workers=2, state=state, kept=keeper)
+        assert all(o.error is None for o in out) and len(out) == len(journals), out
+        assert_identical(src, hub)
+        first = journal_files(opened)
+        assert sorted(first) == sorted(set(first)), "each file opened once"
+        assert {os.path.basename(os.path.dirname(os.path.dirname(p))) for p in first} == set(journals)
+        held = held_open(sshd, src)
+        assert sorted(held) == sorted(first), "the producer's sftp-servers hold each segment and checksum file open"
+        channels = [sources.kept(k) for k in range(3)]
+
+        for seed in (1, 2):  # every journal grows: read, checked and copied without an open
+            opened.clear()
+            produce(src, 100, segment_size=BIG, seed=seed)
+            out = copy_all(sources, hub, "c1", "hub", workers=2, state=state, kept=keeper)
+            assert all(o.error is None for o in out) and all(o.result and o.result.messages for o in out), out
+            assert_identical(src, hub)
+            assert journal_files(opened) == [], opened
+            assert sorted(held_open(sshd, src)) == sorted(first)
+        assert [sources.kept(k) for k in range(3)] == channels, "the same channels every pass"
+
+        # A journal removed on the producer: the pass that no longer finds it closes its files, so the
+        # producer's disk space comes back.
+        gone = journals[0]
+        shutil.rmtree(os.path.join(src, gone))
+        out = copy_all(sources, hub, "c1", "hub", workers=2, state=state, kept=keeper)
+        assert all(o.error is None for o in out) and sorted(o.journal for o in out) == journals[1:]
+        left = held_open(sshd, src)
+        assert left and not [p for p in left if f"{os.sep}{gone}{os.sep}" in p or p.endswith("(deleted)")], left
+    finally:
+        sources.close()
+
+
+def test_files_replaced_under_kept_handles_are_read_from_their_paths_again(sshd, tmp_path, monkeypatch) -> None:
+    """A kept handle reads the file it opened. If a producer puts another file at the path (a restored backup, a
+    tool's rewrite), the hub notices: a segment read shorter than the path's lstat, or a copy that stalls for
+    lack of checksums, lets the handle go and the path is opened again; nothing wrong is copied meanwhile."""
+    src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
+    produce(src, 300, segment_size=BIG)
+    journals = sorted(os.listdir(src))
+    client = connect_to(sshd)
+    sources = Sources("test", sftp_sources(client, src, "test"), client)
+    keeper, state = Keeper(sources), CopyState()
+    try:
+        assert all(o.error is None for o in copy_all(sources, hub, "c1", "hub", workers=2, state=state, kept=keeper))
+        seg_of, sum_of = journals[0], journals[1]
+        (seg,) = sej.list_segments(os.path.join(src, seg_of))
+        sums = [os.path.join(src, sum_of, "idx", f) for f in os.listdir(os.path.join(src, sum_of, "idx"))
+                if f.endswith(".sum")]  # fmt: skip
+        assert len(sums) == 1
+        for path in (seg.path, sums[0]):  # the same bytes in a new file (a new inode) at the path
+            shutil.copyfile(path, path + ".new")
+            os.replace(path + ".new", path)
+        produce(src, 100, segment_size=BIG, seed=1)  # the writers open the new files and append to them
+        opened = open_paths(monkeypatch)
+        out = copy_all(sources, hub, "c1", "hub", workers=2, state=state, kept=keeper)
+        assert all(o.error is None for o in out), out
+        # The segment read short through its old handle: opened again in the same pass, and copied whole.
+        assert journal_files_of(os.path.join(src, seg_of)) == journal_files_of(os.path.join(hub, f"c1.{seg_of}"))
+        # The old checksum file covers none of the new bytes: nothing of them is copied unchecked; the stalled
+        # journal's handles are let go at the end of the pass, and the next pass checks and copies them.
+        assert journal_files_of(os.path.join(hub, f"c1.{sum_of}")) != journal_files_of(os.path.join(src, sum_of))
+        out = copy_all(sources, hub, "c1", "hub", workers=2, state=state, kept=keeper)
+        assert all(o.error is None for o in out), out
+        assert_identical(src, hub)
+        assert seg.path in opened and sums[0] in opened, opened
+        assert not [p for p in held_open(sshd, src) if p.endswith("(deleted)")]
+    finally:
+        sources.close()
+
+
+def test_kept_handles_stay_within_the_cap(sshd, tmp_path, monkeypatch) -> None:
+    src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
+    produce(src, 300, segment_size=BIG)
+    monkeypatch.setattr(hub_location, "KEEP_HANDLES", 3)
+    client = connect_to(sshd)
+    sources = Sources("test", sftp_sources(client, src, "test"), client)
+    keeper, state = Keeper(sources), CopyState()
+    try:
+        for seed in range(3):
+            produce(src, 50, segment_size=BIG, seed=seed)
+            out = copy_all(sources, hub, "c1", "hub", workers=1, state=state, kept=keeper)
+            assert all(o.error is None for o in out), out
+            assert_identical(src, hub)
+            held = held_open(sshd, src)
+            assert 0 < len(held) <= 3, held  # 4 journals, 2 files each, one kept channel that reads
+    finally:
+        sources.close()
+
+
+def test_a_kept_channel_that_broke_is_replaced(sshd, tmp_path) -> None:
+    src = str(tmp_path / "src")
+    produce(src, 50, segment_size=BIG)
+    journal = sorted(os.listdir(src))[0]
+    (seg,) = sej.list_segments(os.path.join(src, journal))
+    client = connect_to(sshd)
+    sources = Sources("test", sftp_sources(client, src, "test"), client)
+    try:
+        first = sources.kept(0)
+        assert sources.kept(0) is first
+        assert isinstance(first, SftpSource) and first._keep_max > 0, "OpenSSH states its handle limit"
+        first.sftp.get_channel().close()  # the channel ends under it (as when its sftp-server dies)
+        with pytest.raises(SourceError):
+            first.read(journal, os.path.basename(seg.path), 0, 10)
+        second = sources.kept(0)
+        assert second is not first
+        assert second.read(journal, os.path.basename(seg.path), 0, 10) == open(seg.path, "rb").read(10)
+    finally:
+        sources.close()
