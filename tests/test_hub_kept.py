@@ -82,7 +82,13 @@ def test_kept_channels_read_grown_journals_through_the_files_they_keep_open_and_
     produce(src, 300, segment_size=BIG)
     journals = sorted(os.listdir(src))
     client = connect_to(sshd)
-    sources = Sources("test", sftp_sources(client, src, "test"), client)
+    make, made = sftp_sources(client, src, "test"), []
+
+    def counting_make() -> SftpSource:
+        made.append(make())
+        return made[-1]
+
+    sources = Sources("test", counting_make, client)
     keeper, state = Keeper(sources), CopyState()
     try:
         opened = open_paths(monkeypatch)
@@ -105,6 +111,7 @@ def test_kept_channels_read_grown_journals_through_the_files_they_keep_open_and_
             assert journal_files(opened) == [], opened
             assert sorted(held_open(sshd, src)) == sorted(first)
         assert [sources.kept(k) for k in range(3)] == channels, "the same channels every pass"
+        assert len(made) == 3 and {id(m) for m in made} == {id(c) for c in channels}, "no channel opened per pass"
 
         # A journal removed on the producer: the pass that no longer finds it closes its files, so the
         # producer's disk space comes back.

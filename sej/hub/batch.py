@@ -26,6 +26,7 @@ import json
 import logging
 import math
 import os
+import queue
 import random
 import threading
 import time
@@ -322,28 +323,38 @@ def _saved_mark(tail: Tail, mark: SumsMark | None) -> list[list[int]]:
 class Prefetched:
     """A Source for copy_journal with a journal's listing, new bytes and hub offset already read.
 
-    Anything not read ahead goes to `source`. `commit_offset` is kept (`commit`) for the pass
-    to send with the others, after every copy's fsync.
+    Anything not read ahead goes to the Source `source()` gives, asked for when first needed (most
+    copies need none). `commit_offset` is kept (`commit`) for the pass to send with the others, after
+    every copy's fsync.
     """
 
     defers_commit = True
 
     def __init__(
         self,
-        source: Source,
+        source: Callable[[], Source],
         segments: list[SourceSegment] | None,
         data: dict[str, tuple[int, bytes, bool]],
         committed: int | None,
         sums: dict[str, tuple[int, bytes | None]] | None = None,
         mark: SumsMark | None = None,
+        lister: Source | None = None,
     ) -> None:
-        self.source = source
+        self._source = source
+        self._got: Source | None = None
+        self._lister = lister  # describes paths without a Source of its own
         self._segments = segments
         self._data = data  # segment name -> (start, bytes, they reach the end of the file as listed)
         self._committed = committed
         self._sums = sums or {}  # segment name -> (skip, its checksum file read so; None: it has none), read ahead
         self._mark = mark
         self.commit: int | None = None
+
+    @property
+    def source(self) -> Source:
+        if self._got is None:
+            self._got = self._source()
+        return self._got
 
     def journals(self) -> list[str]:
         return self.source.journals()
@@ -385,11 +396,11 @@ class Prefetched:
         self.commit = value
 
     def describe(self, journal: str, name: str = "") -> str:
-        return self.source.describe(journal, name)
+        return (self._lister or self.source).describe(journal, name)
 
     @property
     def remote(self) -> bool:
-        return getattr(self.source, "remote", False)
+        return getattr(self._lister or self.source, "remote", False)
 
     def close(self) -> None:
         pass  # the pass closes its sources
@@ -542,6 +553,9 @@ def copy_all(
                 return _spread_kept(pool, kept, calls, workers)
             return _spread(pool, own_source, calls, workers)
 
+        idle: queue.SimpleQueue[int] = queue.SimpleQueue()  # the kept sources a copy may borrow
+        for k in range(workers if kept is not None else 0):
+            idle.put(k)
         took = _Phases()
         with took("probe"):
             work = _probe(lister, plans, outcomes)
@@ -551,7 +565,18 @@ def copy_all(
               ThreadPoolExecutor(max_workers=max(1, min(workers, COPY_THREADS))) as local_pool):  # fmt: skip
 
             def one(p: _Plan, synced: SyncBatch | None) -> tuple[_Plan, JournalOutcome, Prefetched]:
-                src = Prefetched(own_source(), p.segments, p.data, p.committed, p.sums, p.mark)
+                borrowed: list[int] = []
+
+                def source() -> Source:
+                    if kept is None:
+                        return own_source()
+                    # A kept source, idle while the pass copies (the reads and commits, which use them, are not
+                    # under way): no channel opened per pass. Given back when this copy ends.
+                    k = idle.get()
+                    borrowed.append(k)
+                    return kept(k)
+
+                src = Prefetched(source, p.segments, p.data, p.committed, p.sums, p.mark, lister)
                 try:
                     result = copy_journal(src, p.journal, dest_root, client_id, reader, stop, on_bytes,
                                           destinations=destinations, batch=synced)  # fmt: skip
@@ -559,6 +584,9 @@ def copy_all(
                 except Exception as e:  # reported per journal; the others go on
                     log.error("%s", e, extra={"client": client_id, "journal": p.journal})
                     return p, JournalOutcome(p.journal, None, e), src
+                finally:
+                    for k in borrowed:
+                        idle.put(k)
 
             def layer(plans: list[_Plan], synced: SyncBatch | None) -> list[tuple[_Plan, JournalOutcome, Prefetched]]:
                 """Copy `plans` (the big ones reading on the workers' channels); with `synced`, made durable by it."""
