@@ -84,6 +84,9 @@ IO_TIMEOUT = 60.0
 KEEP_HANDLES = 512
 """Files a kept channel (the daemon's) holds open at most, fewer if the server's limits say so."""
 
+KEEP_UNSTATED = 64
+"""Files kept open at most on a server that does not state its handle limit (limits@openssh.com)."""
+
 KEEP_SECONDS = 60.0
 """How long a kept file stays open: what a producer replaced or deleted is let go within this."""
 
@@ -427,15 +430,14 @@ class SftpSource:
 
     def keep_handles(self, most: int = KEEP_HANDLES) -> None:
         """Keep the last segment and checksum file read of each journal open between calls (at most `most`
-        files, and at most half what the server allows), so that the next read of them is a READ alone."""
-        self._keep_max = most
+        files, and at most half what the server allows; KEEP_UNSTATED if it does not say), so that the next read
+        of them is a READ alone."""
         try:
             limit = self._pipe.one(self._handle_limit())
         except self._errors as e:
             self.broken = True
             raise SourceError(f"{self.label}:{self.root}: {self._why(e)}") from None
-        if limit is not None:
-            self._keep_max = min(most, limit // 2)
+        self._keep_max = min(most, KEEP_UNSTATED if limit is None else limit // 2)
 
     def forget(self, journals: set[str] | None = None) -> None:
         """Let go of the files kept open for `journals` (all, without): closed with the next requests."""
