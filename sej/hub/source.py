@@ -312,7 +312,7 @@ class LocalSource:
             os.close(fd)
 
     def read_sums(self, journal: str, name: str, skip: int = 0) -> bytes | None:
-        sums = sum_name(parse_segment_name(segment_name(check_segment_name(name))) or 0)
+        sums = sum_name(check_segment_name(name))
         try:
             with self._dir(journal, INDEX_DIR) as d:
                 fd = open_regular(sums, dir_fd=d, show=os.path.join(self.root, journal, INDEX_DIR, sums))
@@ -559,7 +559,7 @@ class SftpSource:
         return self._call(self._read_sums(journal, name, skip), path)
 
     def _sums_path(self, journal: str, name: str) -> str:
-        first = parse_segment_name(segment_name(check_segment_name(name))) or 0
+        first = check_segment_name(name)
         return self._path(journal, INDEX_DIR, sum_name(first))
 
     def _read_sums(self, journal: str, name: str, skip: int = 0) -> Op[bytes | None]:
