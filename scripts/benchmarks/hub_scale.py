@@ -107,10 +107,27 @@ def check_copies(src: Path, names: list[str], hub: Path, dsts: list[Path]) -> No
                     raise RuntimeError(f"rsync copy of {name} differs from the source")
 
 
+def process_cpu(pids: list[int]) -> float:
+    """CPU seconds of the processes `pids`, with their children's that they have reaped (as a parent sshd
+    collects its sessions'); a process gone meanwhile counts nothing."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        total += sum(int(x) for x in fields[11:15])  # utime, stime, cutime, cstime
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def latency_rounds(server: Sshd, scratch: Path, src: Path, names: list[str], writers: list[sej.Writer],
-                   rounds: int) -> list[float]:  # fmt: skip
+                   rounds: int) -> tuple[list[float], float, float]:  # fmt: skip
     """sej-hub (poll POLL) over the root; each round appends one message to every journal; the seconds until
-    each is in the hub's copy (its segment reached the source's size: written, and fsynced right after)."""
+    each is in the hub's copy (its segment reached the source's size: written, and fsynced right after). Also
+    the CPU seconds per round of sej-hub and of the producer's sshd (its sessions: the sftp-servers)."""
+    from testing.sshd import descendants
+
     hub = fresh(scratch / "lathub")
     config = scratch / "hub-scale.toml"
     config.write_text(
@@ -134,6 +151,7 @@ def latency_rounds(server: Sshd, scratch: Path, src: Path, names: list[str], wri
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"sej-hub did not copy {name} in time: {proc.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
                 time.sleep(0.05)
+        hub_cpu, sshd_cpu = process_cpu([proc.pid]), process_cpu(descendants(server.pid))
         for _ in range(rounds):
             sent = []
             for w in writers:
@@ -159,13 +177,15 @@ def latency_rounds(server: Sshd, scratch: Path, src: Path, names: list[str], wri
                     raise RuntimeError(f"{len(pending)} messages did not reach the hub in 120 s")
                 time.sleep(0.02)  # 1,000 stats per look: looking more often takes CPU from the hub measured
             time.sleep(4 * POLL)  # a gap between rounds: each round starts with the hub idle
+        hub_cpu = (process_cpu([proc.pid]) - hub_cpu) / rounds
+        sshd_cpu = (process_cpu(descendants(server.pid)) - sshd_cpu) / rounds
     finally:
         proc.terminate()
         try:
             proc.wait(30)
         except subprocess.TimeoutExpired:
             proc.kill()
-    return latencies
+    return latencies, hub_cpu, sshd_cpu
 
 
 def bench_hub_scale(cfg: Config, scratch: Path) -> list[Result]:
@@ -186,6 +206,7 @@ def bench_hub_scale(cfg: Config, scratch: Path) -> list[Result]:
     allow_open_files(4 * max(series) + 256)  # the live writers: a segment and a lock each, and their indexes
     times: dict[tuple[int, str], list[float]] = {}
     lat: dict[int, list[float]] = {}
+    cpu: dict[int, tuple[float, float]] = {}
     clients: dict[str, list[tuple[float, float]]] = {}
     try:
         for n in series:
@@ -220,13 +241,14 @@ def bench_hub_scale(cfg: Config, scratch: Path) -> list[Result]:
                 times[(n, "idle pass:sej-hub")] = daemon_idle_passes(server, src, scratch, reps)
                 if n == max(series):
                     clients = sftp_clients(server, src, names, 2 * reps + 1)
-                lat[n] = latency_rounds(server, scratch, src, names, writers, rounds)
+                lat[n], *per_round = latency_rounds(server, scratch, src, names, writers, rounds)
+                cpu[n] = (per_round[0], per_round[1])
             finally:
                 for w in writers:
                     w.close()
     finally:
         server.stop()
-    return [_result(series, reps, rounds, times, lat, clients)]
+    return [_result(series, reps, rounds, times, lat, clients, cpu)]
 
 
 def sftp_clients(server: Sshd, src: Path, names: list[str], reps: int) -> dict[str, list[tuple[float, float]]]:
@@ -337,7 +359,8 @@ def daemon_idle_passes(server: Sshd, src: Path, scratch: Path, reps: int) -> lis
 
 
 def _result(series: tuple[int, ...], reps: int, rounds: int, times: dict[tuple[int, str], list[float]],
-            lat: dict[int, list[float]], clients: dict[str, list[tuple[float, float]]]) -> Result:  # fmt: skip
+            lat: dict[int, list[float]], clients: dict[str, list[tuple[float, float]]],
+            cpu: dict[int, tuple[float, float]]) -> Result:  # fmt: skip
     med = {k: statistics.median(v) for k, v in times.items()}
     big = max(series)
     rows = []
@@ -376,6 +399,11 @@ def _result(series: tuple[int, ...], reps: int, rounds: int, times: dict[tuple[i
             "—",
             f"p99 < {ms(LATENCY_TARGET)}" if n == big else "—",
             verdict(p99 < LATENCY_TARGET) if n == big else "info",
+        ))  # fmt: skip
+        hub_cpu, sshd_cpu = cpu[n]
+        rows.append(Row(
+            f"{n:,} journals: CPU per latency round, `sej-hub` vs the producer's sshd (its sftp-servers)",
+            f"{hub_cpu:.2f} s", f"{sshd_cpu:.2f} s", "—", "—", "info",
         ))  # fmt: skip
     big_n = f"{big:,}"
     workloads = (("probe", f"{2 * big:,} lstats (the probe)"),
