@@ -30,7 +30,6 @@ import queue
 import random
 import threading
 import time
-import zlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -41,6 +40,7 @@ from ..checksum import RECORD
 from ..errors import InvalidArgumentError, UnsafeFileError
 from ..fsutil import HAVE_SYNCFS, atomic_write, read_regular
 from ..layout import check_reader_name, list_segments, parse_segment_name, segment_dir, segment_name
+from ..shard.name import parse_shard
 from . import copy as hub_copy
 from .copy import CHECK_WINDOW, CopyResult, Destinations, SumsMark, SyncBatch, copy_journal, open_journals
 from .names import check_client_id, check_journal_name, destination_name
@@ -849,8 +849,16 @@ def _spread(pool: ThreadPoolExecutor, own_source: Callable[[], Source], calls: l
 
 
 def _home(journal: str, ways: int) -> int:
-    """The kept source of a journal's calls: the same every pass, so the files it keeps open are there."""
-    return zlib.crc32(journal.encode("utf-8", "surrogateescape")) % max(1, ways)
+    """The kept source of a journal's calls: the same every pass, so the files it keeps open are there. The
+    shards of one prefix go round the sources in index order (a hash of their names would not spread 4 shards
+    over 2 sources evenly); each prefix starts at a place of its own."""
+    try:
+        shard = parse_shard(journal)
+        start, index = f"{shard.prefix}.{shard.bit}", shard.index
+    except InvalidArgumentError:
+        start, index = journal, 0
+    digest = hashlib.blake2b(start.encode("utf-8", "surrogateescape"), digest_size=8).digest()
+    return (int.from_bytes(digest, "big") + index) % max(1, ways)
 
 
 def _spread_kept(pool: ThreadPoolExecutor, kept: KeptSources, calls: list[Call], ways: int) -> list[Any]:

@@ -13,6 +13,7 @@ installed that fails with one clear SejError.
 
 from __future__ import annotations
 
+import logging
 import re
 import sys
 import threading
@@ -25,6 +26,8 @@ from .source import CONNECT_TIMEOUT, IO_TIMEOUT, KEEP_HANDLES, LocalSource, Sour
 
 if TYPE_CHECKING:
     import paramiko
+
+log = logging.getLogger("sej.hub")
 
 
 _URL = re.compile(
@@ -151,11 +154,16 @@ class Sources:
                 forget(journals)
 
     def tidy(self) -> None:
-        """Close what the kept sources let go of, or kept open for long (SftpSource.tidy)."""
+        """Close what the kept sources let go of, or kept open for long (SftpSource.tidy). A source that fails
+        to is broken (replaced when next asked for); the pass that tidies is not failed for it."""
+        errors: tuple[type[BaseException], ...] = (SejError, *transport_errors())
         for src in self._kept_now():
             tidy = getattr(src, "tidy", None)
             if tidy is not None and not getattr(src, "broken", False):
-                tidy()
+                try:
+                    tidy()
+                except errors as e:
+                    log.debug("%s: closing the files kept open: %s", self.label, e)
 
     def _kept_now(self) -> list[Source]:
         with self._lock:

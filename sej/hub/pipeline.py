@@ -43,6 +43,9 @@ Op = Generator[list[Request], list[Reply], T]
 WINDOW = 128
 """Requests in flight at most: well inside the SSH channel windows, so sending never waits on reading."""
 
+MAX_OPS = 128
+"""Operations under way at once (each may hold a file open on the server), the others waiting their turn."""
+
 MAX_PACKET = 4 << 20
 """The largest SFTP reply taken (OpenSSH's are at most 256 KiB); a bigger length is a broken stream."""
 
@@ -53,9 +56,10 @@ RECEIVE = 1 << 20
 class Pipeline:
     """Runs operations (generators of requests) over one SFTP channel with many requests in flight."""
 
-    def __init__(self, sftp: paramiko.SFTPClient, window: int = WINDOW) -> None:
+    def __init__(self, sftp: paramiko.SFTPClient, window: int = WINDOW, max_ops: int = MAX_OPS) -> None:
         self.sftp = sftp
         self.window = window
+        self.max_ops = max_ops
         self._unsent: deque[tuple[int, int, Request]] = deque()  # (operation, slot, request)
         self._in_flight: dict[int, tuple[int, int]] = {}  # request number -> (operation, slot)
         self._replies: dict[int, list[Reply | None]] = {}  # operation -> its replies so far
@@ -144,9 +148,16 @@ class Pipeline:
 
     def _run(self, gens: list[Op[Any]]) -> list[Any]:
         results: list[Any] = [None] * len(gens)
-        ready: deque[tuple[int, list[Reply]]] = deque((k, []) for k in range(len(gens)))
+        # At most `max_ops` operations under way at once: each may hold a file open on the server (until its
+        # CLOSE, which goes out behind every first request already queued), whose open files are limited.
+        waiting = deque(range(len(gens)))
+        ready: deque[tuple[int, list[Reply]]] = deque()
         started: set[int] = set()
-        while ready or self._unsent or self._in_flight:
+        active = 0
+        while waiting or ready or self._unsent or self._in_flight:
+            while waiting and active < self.max_ops:
+                ready.append((waiting.popleft(), []))
+                active += 1
             while ready:
                 k, replies = ready.popleft()
                 try:
@@ -154,12 +165,15 @@ class Pipeline:
                     started.add(k)
                 except StopIteration as stop:
                     results[k] = stop.value
+                    active -= 1
                     continue
                 except Exception as e:  # this operation failed; the others go on
                     results[k] = e
+                    active -= 1
                     continue
                 if not requests:  # nothing asked would mean no progress
                     results[k] = RuntimeError("an SFTP operation asked for no requests")
+                    active -= 1
                     continue
                 self._replies[k] = [None] * len(requests)
                 self._missing[k] = len(requests)

@@ -430,14 +430,18 @@ class SftpSource:
 
     def keep_handles(self, most: int = KEEP_HANDLES) -> None:
         """Keep the last segment and checksum file read of each journal open between calls (at most `most`
-        files, and at most half what the server allows; KEEP_UNSTATED if it does not say), so that the next read
-        of them is a READ alone."""
+        files, and at most a quarter of what the server allows; KEEP_UNSTATED if it does not say), so that the
+        next read of them is a READ alone. The files a call opens at once are bounded by the rest."""
+        from .pipeline import MAX_OPS
+
         try:
             limit = self._pipe.one(self._handle_limit())
         except self._errors as e:
             self.broken = True
             raise SourceError(f"{self.label}:{self.root}: {self._why(e)}") from None
-        self._keep_max = min(most, KEEP_UNSTATED if limit is None else limit // 2)
+        self._keep_max = min(most, KEEP_UNSTATED if limit is None else limit // 4)
+        if limit is not None:  # what is left for the files the operations of a call open (one each at most)
+            self._pipe.max_ops = max(1, min(MAX_OPS, (limit - self._keep_max) // 2))
 
     def forget(self, journals: set[str] | None = None) -> None:
         """Let go of the files kept open for `journals` (all, without): closed with the next requests."""
@@ -463,6 +467,7 @@ class SftpSource:
             dirs = [e.filename for e in entries if stat.S_ISDIR(e.st_mode or 0) and is_shard_name(e.filename)]
             got = self._pipe.run([self._lstats(posixpath.join(self.root, d, SEGMENT_DIR)) for d in dirs])
         except self._errors as e:
+            self.broken = True
             raise SourceError(f"{self.label}:{self.root}: {self._why(e)}") from None
         jnl: dict[str, int | None] = {}
         for d, r in zip(dirs, got, strict=True):
@@ -516,9 +521,7 @@ class SftpSource:
         if self._closing_kept:
             ops.append(self._close_let_go())
         try:
-            results = self._pipe.run(ops)
-            if len(results) > len(calls):
-                results = results[: len(calls)]
+            results = self._pipe.run(ops)[: len(calls)]
         except self._errors as e:
             self.broken = True
             waiting = self._pipe.stuck
@@ -552,6 +555,7 @@ class SftpSource:
                 ranges = [(p, min(READ_RANGE, end - p)) for p in range(pos, end, READ_RANGE)]
                 return b"".join(f.readv(ranges)) if ranges else b""
         except self._errors as e:
+            self.broken = True  # replies may still come: the channel is not used again
             raise SourceError(f"{self.label}:{path}: {self._why(e)}") from None
 
     def read_sums(self, journal: str, name: str, skip: int = 0) -> bytes | None:
@@ -770,6 +774,8 @@ class SftpSource:
             assert attrs is not None
             end = min(end, attrs.st_size or 0)
         kept = self._kept_for(keep, path) if keep is not None else None
+        if kept is not None and end <= pos:
+            return b""  # nothing to read (as the open path would say, after its fstat)
         if kept is not None:  # checked a regular file when it was opened: a READ alone
             try:
                 data = yield from self._read_open(path, kept, pos, end, fstat=False)
@@ -818,16 +824,24 @@ class SftpSource:
         return True
 
     def _let_go(self, key: tuple[str, str], handle: bytes) -> None:
+        """Stop keeping `handle` for `key`; closed with the next call's requests. Only if it is still the one kept
+        there: a handle let go already (by another operation) is queued once, never closed twice (the server
+        reuses a closed handle's name for the next file it opens)."""
         kept = self._kept.get(key)
         if kept is not None and kept.handle == handle:
             del self._kept[key]
-        self._closing_kept.append(handle)
+            self._closing_kept.append(handle)
 
     def _close_let_go(self) -> Op[None]:
-        """Close the handles let go (their errors ignored: what the server no longer has is closed)."""
+        """Close the handles let go before this call (taken now, when the call is made: one let go by an operation
+        of this call may still be read by another of its operations, and is closed with the next call)."""
+        handles, self._closing_kept = self._closing_kept, []
+        return self._close_handles(handles)
+
+    def _close_handles(self, handles: list[bytes]) -> Op[None]:
+        """Close `handles` (their errors ignored: what the server no longer has is closed)."""
         from paramiko.sftp import CMD_CLOSE
 
-        handles, self._closing_kept = self._closing_kept, []
         if handles:
             yield [(CMD_CLOSE, h) for h in handles]
 
