@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 
 import sej
 from sej.hub import CopyState, copy_all
 from sej.hub import location as hub_location
+from sej.hub import source as hub_source
 from sej.hub.location import Sources
 from sej.hub.source import SftpSource, SourceError
 from sej.hub.ssh import sftp_sources
@@ -201,3 +203,185 @@ def test_a_kept_channel_that_broke_is_replaced(sshd, tmp_path) -> None:
         assert second.read(journal, os.path.basename(seg.path), 0, 10) == open(seg.path, "rb").read(10)
     finally:
         sources.close()
+
+
+def test_a_handle_let_go_while_another_operation_reads_it_is_closed_once_afterwards(sshd, tmp_path) -> None:
+    """One call reads a journal's checksum file through its kept handle (in several rounds) while another of its
+    operations moves the journal on to its next segment's file, letting that handle go. The handle is closed with
+    the next call, once: closed twice, the second CLOSE would shut whatever file the server opened under the
+    freed name since (it reuses them), and a journal would then be read through another one's file."""
+    from sej.layout import segment_name, sum_name
+
+    src = str(tmp_path / "src")
+    produce(src, 20, segment_size=BIG)
+    j, k = sorted(os.listdir(src))[:2]
+    for journal in (j, k):  # checksum files of our own making: only their bytes matter here
+        for f in os.listdir(os.path.join(src, journal, "idx")):
+            os.unlink(os.path.join(src, journal, "idx", f))
+    first, second, other = (os.path.join(src, j, "idx", sum_name(0)), os.path.join(src, j, "idx", sum_name(1000)),
+                            os.path.join(src, k, "idx", sum_name(0)))  # fmt: skip
+    Path(first).write_bytes(b"A" * 100)
+    Path(second).write_bytes(b"B" * 50)
+    Path(other).write_bytes(b"K" * 50)
+    client = connect_to(sshd)
+    sources = Sources("test", sftp_sources(client, src, "test"), client)
+    try:
+        kept = sources.kept(0)
+        assert kept.read_sums(j, segment_name(0), 0) == b"A" * 100
+        assert kept.read_sums(k, segment_name(0), 0) == b"K" * 50
+        with open(first, "ab") as f:  # more than one READ's worth: the kept read takes several rounds
+            f.write(b"a" * (600 << 10))
+        kept.forget({k})  # something to close with the next call
+        got = kept.many([("read_sums", j, segment_name(0), 100), ("read_sums", j, segment_name(1000), 0)])
+        # From byte 100 on, after the file's 16-byte header; compared by length and content, not by pytest's diff.
+        assert [len(g) for g in got] == [16 + (600 << 10), 50]
+        assert got[0] == b"A" * 16 + b"a" * (600 << 10) and got[1] == b"B" * 50
+        assert kept.read_sums(j, segment_name(1000), 0) == b"B" * 50  # closes what the call before let go
+        (seg,) = sej.list_segments(os.path.join(src, k))
+        # Other files opened (and kept) now get the names the server freed (it reuses them, last closed first).
+        assert kept.many([("read", k, os.path.basename(seg.path), 0, 10)]) == [Path(seg.path).read_bytes()[:10]]
+        assert kept.read_sums(k, segment_name(0), 0) == b"K" * 50
+        assert kept.read_sums(j, segment_name(1000), 0) == b"B" * 50, "each journal read through its own file"
+        held = held_open(sshd, src)
+        assert sorted(held) == sorted([second, other, seg.path]), held  # no handle lost, none doubled
+    finally:
+        sources.close()
+
+
+def test_kept_files_are_let_go_on_rollover_and_on_a_failed_copy(sshd, tmp_path) -> None:
+    src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
+    produce(src, 200, segment_size=BIG)
+    journals = sorted(os.listdir(src))
+    client = connect_to(sshd)
+    sources = Sources("test", sftp_sources(client, src, "test"), client)
+    keeper, state = Keeper(sources), CopyState()
+
+    def copy() -> list:  # type: ignore[type-arg]
+        return copy_all(sources, hub, "c1", "hub", workers=2, state=state, kept=keeper)
+
+    try:
+        assert all(o.error is None for o in copy())
+        # Rollover: a journal whose writer moved on to a new segment keeps that one's files open, not the old.
+        rolled = journals[0]
+        with sej.Writer(os.path.join(src, rolled), segment_size=1) as w:  # every append starts a segment
+            w.append(b"x")
+            w.append(b"y")
+        assert all(o.error is None for o in copy())
+        assert_identical(src, hub)
+        segments = [s for s in sej.list_segments(os.path.join(src, rolled)) if os.path.getsize(s.path)]
+        assert len(segments) >= 2, "rolled over"
+        last = os.path.basename(segments[-1].path)  # the last one read (a writer's next segment may be empty)
+        mine = [p for p in held_open(sshd, src) if f"{os.sep}{rolled}{os.sep}" in p]
+        assert sorted(os.path.basename(p) for p in mine) == [last, last[:16] + ".sum"], (last, mine)
+
+        # A failed copy: the producer's segment no longer matches what the hub has (its bytes rewritten).
+        failed = journals[1]
+        (seg,) = sej.list_segments(os.path.join(src, failed))
+        data = bytearray(Path(seg.path).read_bytes())
+        data[-5] ^= 0xFF
+        Path(seg.path).write_bytes(bytes(data))  # in place: the kept handle sees it
+        with sej.Writer(os.path.join(src, failed), segment_size=BIG) as w:
+            w.append(b"more")
+        out = {o.journal: o for o in copy()}
+        assert out[failed].error is not None, out[failed]
+        assert not [p for p in held_open(sshd, src) if f"{os.sep}{failed}{os.sep}" in p], "its files let go"
+    finally:
+        sources.close()
+
+
+def test_kept_files_are_closed_at_the_end_of_the_pass_in_which_they_reach_their_age(
+    sshd, tmp_path, monkeypatch
+) -> None:
+    src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
+    monkeypatch.setattr(hub_source, "KEEP_SECONDS", 0.0)  # every file kept is old at the end of its pass
+    client = connect_to(sshd)
+    sources = Sources("test", sftp_sources(client, src, "test"), client)
+    keeper, state = Keeper(sources), CopyState()
+    try:
+        for seed in range(2):
+            produce(src, 100, segment_size=BIG, seed=seed)
+            out = copy_all(sources, hub, "c1", "hub", workers=2, state=state, kept=keeper)
+            assert all(o.error is None for o in out) and all(o.result and o.result.messages for o in out), out
+            assert_identical(src, hub)
+            assert held_open(sshd, src) == []
+    finally:
+        sources.close()
+
+
+def test_copies_that_read_for_themselves_borrow_the_kept_channels(sshd, tmp_path, monkeypatch) -> None:
+    """Copies that read what the pass did not read ahead (here: everything) use the kept channels, idle while the
+    pass copies: no channel is opened for them, and the journals' homes spread over the workers' channels."""
+    from sej.hub import batch as hub_batch
+
+    src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
+    produce(src, 300, segment_size=BIG)
+    monkeypatch.setattr(hub_batch, "PREFETCH_PER_JOURNAL", 0)  # no read-ahead: each copy reads for itself
+    client = connect_to(sshd)
+    make, made = sftp_sources(client, src, "test"), []
+
+    def counting_make() -> SftpSource:
+        made.append(make())
+        return made[-1]
+
+    sources = Sources("test", counting_make, client)
+    keeper, state = Keeper(sources), CopyState()
+    reads: list[tuple[int, str]] = []
+    real_read = SftpSource.read
+
+    def counting_read(self, journal, name, pos, size):  # type: ignore[no-untyped-def]
+        reads.append((id(self), journal))
+        return real_read(self, journal, name, pos, size)
+
+    monkeypatch.setattr(SftpSource, "read", counting_read)
+    try:
+        for seed in range(2):
+            produce(src, 60, segment_size=BIG, seed=seed)
+            out = copy_all(sources, hub, "c1", "hub", workers=2, state=state, kept=keeper)
+            assert all(o.error is None for o in out), out
+            assert_identical(src, hub)
+        assert len(made) == 3, "the 2 workers' channels and the lister's"
+        assert reads and {r for r, _j in reads} <= {id(sources.kept(k)) for k in range(2)}
+        homes = {hub_batch._home(j, 2) for j in os.listdir(src)}
+        assert homes == {0, 1}, "4 shards over 2 channels: 2 each"
+    finally:
+        sources.close()
+
+
+def test_a_producer_with_few_open_files_gets_every_copy_and_commit(tmp_path) -> None:
+    """The files a pass holds open on a producer (kept ones, and those its operations open at once) stay within
+    what the sftp-server may open: with 256 open files allowed, 300 journals copy and commit on every pass."""
+    import resource
+
+    from testing.sshd import Sshd, sshd_available
+
+    if sshd_available() is not None and not os.environ.get("CI"):
+        pytest.skip(str(sshd_available()))
+    from sej.shard.name import format_shard
+
+    root, hub = tmp_path / "src", str(tmp_path / "hub")
+    names = [format_shard("p", 9, i) for i in range(300)]
+
+    def append_to_each(seed: int) -> None:
+        for name in names:
+            with sej.Writer(str(root / name), segment_size=BIG) as w:
+                w.append(b"%s-%d" % (name.encode(), seed))
+
+    append_to_each(0)
+    with Sshd() as server:
+        resource.prlimit(server.pid, resource.RLIMIT_NOFILE, (256, 256))  # its sessions inherit it
+        from .test_hub_ssh import connect_to as connect
+
+        client = connect(server)
+        sources = Sources("test", sftp_sources(client, str(root), "test"), client)
+        keeper, state = Keeper(sources), CopyState()
+        try:
+            limit = sources.kept(0)._pipe.one(sources.kept(0)._handle_limit())
+            assert limit is not None and limit <= 256
+            assert sources.kept(0)._keep_max == limit // 4
+            for seed in range(1, 4):
+                append_to_each(seed)
+                out = copy_all(sources, hub, "c1", "hub", workers=1, state=state, kept=keeper)
+                assert [o for o in out if o.error is not None] == []
+                assert_identical(str(root), hub)
+        finally:
+            sources.close()
