@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -107,7 +108,9 @@ def health(book: StatusBook, max_age: float) -> tuple[int, dict[str, Any]]:
         "status": "stale",
         "max_age": max_age,
         "stale": [
-            {"client": cid, "seconds_since_success": round(a, 3), "last_error": errors.get(cid)} for cid, a in stale
+            # Rounded up: a client stale by less than a millisecond must not read as exactly max_age.
+            {"client": cid, "seconds_since_success": math.ceil(a * 1000) / 1000, "last_error": errors.get(cid)}
+            for cid, a in stale
         ],  # fmt: skip
     }
 
