@@ -42,6 +42,17 @@ class Keeper:
         self.sources.tidy()
 
 
+def counting_sources(client, src: str) -> tuple[Sources, list[SftpSource]]:  # type: ignore[no-untyped-def]
+    """Sources over `client`, and the SftpSources (channels) they make, as they make them."""
+    make, made = sftp_sources(client, src, "test"), []
+
+    def counting_make() -> SftpSource:
+        made.append(make())
+        return made[-1]
+
+    return Sources("test", counting_make, client), made
+
+
 def held_open(sshd, under: str) -> list[str]:  # type: ignore[no-untyped-def]
     """The files under `under` that the sshd's processes (its sftp-servers) hold open ("(deleted)" kept)."""
     found = []
@@ -84,13 +95,7 @@ def test_kept_channels_read_grown_journals_through_the_files_they_keep_open_and_
     produce(src, 300, segment_size=BIG)
     journals = sorted(os.listdir(src))
     client = connect_to(sshd)
-    make, made = sftp_sources(client, src, "test"), []
-
-    def counting_make() -> SftpSource:
-        made.append(make())
-        return made[-1]
-
-    sources = Sources("test", counting_make, client)
+    sources, made = counting_sources(client, src)
     keeper, state = Keeper(sources), CopyState()
     try:
         opened = open_paths(monkeypatch)
@@ -317,13 +322,7 @@ def test_copies_that_read_for_themselves_borrow_the_kept_channels(sshd, tmp_path
     produce(src, 300, segment_size=BIG)
     monkeypatch.setattr(hub_batch, "PREFETCH_PER_JOURNAL", 0)  # no read-ahead: each copy reads for itself
     client = connect_to(sshd)
-    make, made = sftp_sources(client, src, "test"), []
-
-    def counting_make() -> SftpSource:
-        made.append(make())
-        return made[-1]
-
-    sources = Sources("test", counting_make, client)
+    sources, made = counting_sources(client, src)
     keeper, state = Keeper(sources), CopyState()
     reads: list[tuple[int, str]] = []
     real_read = SftpSource.read

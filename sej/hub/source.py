@@ -584,16 +584,8 @@ class SftpSource:
         self._is(path, attrs, stat.S_ISREG, "a regular file")  # never open a FIFO: it would hang the server
         end = min(attrs.st_size or 0, MAX_SUMS)
         handle = yield from self._open(path, SFTP_FLAG_READ)
-        if self._keep_max <= 0:
-            return (yield from self._closing(handle, self._read_open(path, handle, pos, max(pos, end), head)))
-        try:
-            data = yield from self._read_open(path, handle, pos, max(pos, end), head)
-        except BaseException:
-            self._closing_kept.append(handle)
-            raise
-        if not self._keep(key, path, handle):
-            self._closing_kept.append(handle)
-        return data
+        read = self._read_open(path, handle, pos, max(pos, end), head)
+        return (yield from self._keeping(key if self._keep_max > 0 else None, path, handle, read))
 
     def _read_rest(self, path: str, handle: bytes, pos: int, head: int) -> Op[bytes]:
         """A kept file's first `head` bytes, then its bytes from `pos` to its end (at most MAX_SUMS)."""
@@ -787,16 +779,22 @@ class SftpSource:
             assert keep is not None
             self._let_go(keep, kept)
         handle = yield from self._open(path, SFTP_FLAG_READ)
-        if keep is None or self._keep_max <= 0:
-            return (yield from self._closing(handle, self._read_open(path, handle, pos, end)))
+        read = self._read_open(path, handle, pos, end)
+        return (yield from self._keeping(keep if self._keep_max > 0 else None, path, handle, read))
+
+    def _keeping(self, key: tuple[str, str] | None, path: str, handle: bytes, op: Op[T]) -> Op[T]:
+        """Run `op` on the just opened `handle` of `path`, then keep it for `key` (None: close it, as when it is
+        not kept or `op` fails)."""
+        if key is None:
+            return (yield from self._closing(handle, op))
         try:
-            data = yield from self._read_open(path, handle, pos, end)
+            result = yield from op
         except BaseException:
             self._closing_kept.append(handle)
             raise
-        if not self._keep(keep, path, handle):
+        if not self._keep(key, path, handle):
             self._closing_kept.append(handle)
-        return data
+        return result
 
     def _kept_for(self, key: tuple[str, str], path: str) -> bytes | None:
         """The handle kept for `key` if it is `path`'s and young; one of an earlier path, or old, is let go."""
