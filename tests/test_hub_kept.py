@@ -17,6 +17,7 @@ from sej.hub import source as hub_source
 from sej.hub.location import Sources
 from sej.hub.source import SftpSource, SourceError
 from sej.hub.ssh import sftp_sources
+from sej.offset import read_offset_file
 from testing.sshd import descendants
 
 from .test_hub_copy import assert_identical, produce
@@ -105,8 +106,10 @@ def test_kept_channels_read_grown_journals_through_the_files_they_keep_open_and_
         first = journal_files(opened)
         assert sorted(first) == sorted(set(first)), "each file opened once"
         assert {os.path.basename(os.path.dirname(os.path.dirname(p))) for p in first} == set(journals)
+        ofs = [os.path.join(src, j, "ofs", "hub.ofs") for j in journals]
         held = held_open(sshd, src)
-        assert sorted(held) == sorted(first), "the producer's sftp-servers hold each segment and checksum file open"
+        assert sorted(held) == sorted(first + ofs), "the sftp-servers hold each segment, checksum and offset file open"
+        inodes = [os.stat(p).st_ino for p in ofs]
         channels = [sources.kept(k) for k in range(3)]
 
         for seed in (1, 2):  # every journal grows: read, checked and copied without an open
@@ -115,8 +118,11 @@ def test_kept_channels_read_grown_journals_through_the_files_they_keep_open_and_
             out = copy_all(sources, hub, "c1", "hub", workers=2, state=state, kept=keeper)
             assert all(o.error is None for o in out) and all(o.result and o.result.messages for o in out), out
             assert_identical(src, hub)
-            assert journal_files(opened) == [], opened
-            assert sorted(held_open(sshd, src)) == sorted(first)
+            assert opened == [], "no segment, checksum or (commit temp) file opened"
+            assert sorted(held_open(sshd, src)) == sorted(first + ofs)
+            # Each commit overwrote the offset file the last one created, in place (a rename makes a new inode).
+            assert [read_offset_file(p) for p in ofs] == [sej.next_offset(os.path.join(src, j)) for j in journals]
+            assert [os.stat(p).st_ino for p in ofs] == inodes
         assert [sources.kept(k) for k in range(3)] == channels, "the same channels every pass"
         assert len(made) == 3 and {id(m) for m in made} == {id(c) for c in channels}, "no channel opened per pass"
 
@@ -277,7 +283,7 @@ def test_kept_files_are_let_go_on_rollover_and_on_a_failed_copy(sshd, tmp_path) 
         assert len(segments) >= 2, "rolled over"
         last = os.path.basename(segments[-1].path)  # the last one read (a writer's next segment may be empty)
         mine = [p for p in held_open(sshd, src) if f"{os.sep}{rolled}{os.sep}" in p]
-        assert sorted(os.path.basename(p) for p in mine) == [last, last[:16] + ".sum"], (last, mine)
+        assert sorted(os.path.basename(p) for p in mine) == [last, last[:16] + ".sum", "hub.ofs"], (last, mine)
 
         # A failed copy: the producer's segment no longer matches what the hub has (its bytes rewritten).
         failed = journals[1]
@@ -376,7 +382,7 @@ def test_a_producer_with_few_open_files_gets_every_copy_and_commit(tmp_path) -> 
         try:
             limit = sources.kept(0)._pipe.one(sources.kept(0)._handle_limit())
             assert limit is not None and limit <= 256
-            assert sources.kept(0)._keep_max == limit // 4
+            assert sources.kept(0)._keep_max == limit // 2
             for seed in range(1, 4):
                 append_to_each(seed)
                 out = copy_all(sources, hub, "c1", "hub", workers=1, state=state, kept=keeper)
@@ -384,3 +390,53 @@ def test_a_producer_with_few_open_files_gets_every_copy_and_commit(tmp_path) -> 
                 assert_identical(str(root), hub)
         finally:
             sources.close()
+
+
+def test_an_offset_file_replaced_under_its_kept_handle_is_written_by_its_path_again_once_the_handle_is_old(
+    sshd, tmp_path, monkeypatch
+) -> None:
+    """A commit through a kept handle writes the file the hub created. If the producer puts another file at
+    `ofs/hub.ofs` (a restored backup, a tool's rewrite), the hub's commits reach it again once the handle is
+    KEEP_SECONDS old: the old file is let go, and the commit replaces the name (temp file and rename) as the
+    first one did. A symlink put there is never written through, kept handle or not."""
+    src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
+    produce(src, 50, segment_size=BIG)
+    journal = sorted(os.listdir(src))[0]
+    ofs = os.path.join(src, journal, "ofs", "hub.ofs")
+    monkeypatch.setattr(hub_source, "KEEP_SECONDS", 3600.0)
+    client = connect_to(sshd)
+    sources = Sources("test", sftp_sources(client, src, "test"), client)
+    keeper, state = Keeper(sources), CopyState()
+
+    def copy() -> None:
+        out = copy_all(sources, hub, "c1", "hub", workers=1, state=state, kept=keeper)
+        assert all(o.error is None for o in out), out
+        assert_identical(src, hub)
+
+    try:
+        copy()
+        assert read_offset_file(ofs) == sej.next_offset(os.path.join(src, journal))
+        sej.offset.write_offset_file(ofs, 1)  # a new file at the path (temp file and rename)
+        produce(src, 10, segment_size=BIG, seed=1)
+        copy()
+        assert read_offset_file(ofs) == 1, "written through the kept handle: the old file, not the one there now"
+        kept = sources.kept(0)._kept  # make the kept files old, as KEEP_SECONDS later
+        for key, k in list(kept.items()):
+            kept[key] = k._replace(until=0.0)
+        produce(src, 10, segment_size=BIG, seed=2)
+        copy()
+        assert read_offset_file(ofs) == sej.next_offset(os.path.join(src, journal)), "the file at the path again"
+
+        os.remove(ofs)
+        os.symlink(os.path.join(src, journal, "jnl"), ofs)  # a symlink there: never written through
+        produce(src, 10, segment_size=BIG, seed=3)
+        out = {o.journal: o for o in copy_all(sources, hub, "c1", "hub", workers=1, state=state, kept=keeper)}
+        assert os.path.islink(ofs)
+        for key, k in list(kept.items()):
+            kept[key] = k._replace(until=0.0)
+        produce(src, 10, segment_size=BIG, seed=4)
+        out = {o.journal: o for o in copy_all(sources, hub, "c1", "hub", workers=1, state=state, kept=keeper)}
+        assert out[journal].error is not None and "symlink" in str(out[journal].error), out[journal]
+        assert os.path.islink(ofs)
+    finally:
+        sources.close()

@@ -523,8 +523,10 @@ def copy_all(
         return src
 
     let_go: set[str] = set()  # journals whose files the kept sources are to let go of: gone, failed or stalled
+    took = _Phases()
     try:
-        journals = lister.journals()
+        with took("journals"):
+            journals = lister.journals()
         let_go.update(state.tails.keys() - set(journals))
         state.keep_only(set(journals))
         for name, why in sorted(lister.skipped().items()):
@@ -556,7 +558,6 @@ def copy_all(
         idle: queue.SimpleQueue[int] = queue.SimpleQueue()  # the kept sources a copy may borrow
         for k in range(workers if kept is not None else 0):
             idle.put(k)
-        took = _Phases()
         with took("probe"):
             work = _probe(lister, plans, outcomes)
         unchanged = len(plans) - len(work)
