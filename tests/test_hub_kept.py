@@ -440,3 +440,43 @@ def test_an_offset_file_replaced_under_its_kept_handle_is_written_by_its_path_ag
         assert os.path.islink(ofs)
     finally:
         sources.close()
+
+
+def test_a_kept_checksum_file_header_is_read_once_through_its_handle(sshd, tmp_path, monkeypatch) -> None:
+    """A grown journal's checksum file is read from the last pass's record on, with its 16-byte header: through a
+    kept handle the header is read once, then remembered with the handle (a header is written once), so later
+    passes send one READ for the checksum records alone."""
+    from paramiko.sftp import CMD_READ
+
+    from sej.hub import pipeline as hub_pipeline
+
+    src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
+    produce(src, 300, segment_size=BIG)
+    journals = sorted(os.listdir(src))
+    header_reads: list[bytes] = []
+    real_send = hub_pipeline.Pipeline._send
+
+    def send(self):  # type: ignore[no-untyped-def]
+        n = min(len(self._unsent), self.window - len(self._in_flight))
+        for _k, _slot, (t, *args) in list(self._unsent)[:n]:
+            if t == CMD_READ and int(args[1]) == 0 and args[2] == 16:  # a checksum file's header
+                header_reads.append(args[0])
+        return real_send(self)
+
+    monkeypatch.setattr(hub_pipeline.Pipeline, "_send", send)
+    client = connect_to(sshd)
+    sources = Sources("test", sftp_sources(client, src, "test"), client)
+    keeper, state = Keeper(sources), CopyState()
+    try:
+        per_pass = []
+        for seed in range(4):
+            produce(src, 50, segment_size=BIG, seed=seed)
+            header_reads.clear()
+            out = copy_all(sources, hub, "c1", "hub", workers=2, state=state, kept=keeper)
+            assert all(o.error is None for o in out) and all(o.result and o.result.messages for o in out), out
+            assert_identical(src, hub)
+            per_pass.append(len(header_reads))
+        # The first pass opens the files (read from 0); the second reads each header through its kept handle once.
+        assert per_pass == [0, len(journals), 0, 0], per_pass
+    finally:
+        sources.close()

@@ -199,3 +199,91 @@ def test_a_read_answered_with_more_bytes_than_asked_fails_that_read() -> None:
             assert not ok and f"a read of 100 bytes at 10 answered with {100 + extra}" in str(e)
         else:
             raise AssertionError("the operation asked for more")
+
+
+class DirServer(ScriptedChannel):
+    """An SFTP server with one directory: answers OPENDIR, READDIR (the next `chunk` entries, then EOF; `endless`:
+    the same entries again forever; `chunk` 0: a NAME of no entries) and CLOSE in order, as it gets them."""
+
+    def __init__(self, names: list[str], chunk: int, endless: bool = False) -> None:
+        super().__init__([])
+        self.names, self.chunk, self.endless = names, chunk, endless
+        self.at = 0
+        self.parsed = 0
+        self.out = bytearray()
+        self.types: list[int] = []
+
+    def sendall(self, data: bytes) -> None:
+        from paramiko.sftp import CMD_CLOSE, CMD_HANDLE, CMD_NAME, CMD_OPENDIR, CMD_READDIR, SFTP_EOF, SFTP_OK
+
+        super().sendall(data)
+        for t, num, _arg in sent_requests(bytes(self.sent[self.parsed :])):
+            self.types.append(t)
+            if t == CMD_OPENDIR:
+                self.out += reply(CMD_HANDLE, num, struct.pack(">I", 1) + b"h")
+            elif t == CMD_READDIR:
+                part = self.names[self.at : self.at + self.chunk]
+                self.at = 0 if self.endless and self.at + self.chunk >= len(self.names) else self.at + len(part)
+                if not part and self.chunk:
+                    self.out += reply(CMD_STATUS, num, struct.pack(">II", SFTP_EOF, 0) + struct.pack(">I", 0))
+                    continue
+                body = struct.pack(">I", len(part))
+                for name in part:
+                    b = name.encode()
+                    body += struct.pack(">I", len(b)) + b + struct.pack(">I", 0) + struct.pack(">II", 0x4, 0o40755)
+                self.out += reply(CMD_NAME, num, body)
+            else:
+                assert t == CMD_CLOSE, t
+                self.out += reply(CMD_STATUS, num, struct.pack(">II", SFTP_OK, 0) + struct.pack(">I", 0))
+        self.parsed = len(self.sent)
+
+    def recv(self, n: int) -> bytes:
+        piece = bytes(self.out[:n])
+        del self.out[:n]
+        return piece
+
+
+def list_dir(server: DirServer) -> Any:
+    from sej.hub.source import SftpSource
+
+    src = object.__new__(SftpSource)  # the operation only: bytes in, results out, no connection
+    src.label = "test"
+    (got,) = Pipeline(FakeSftp(server)).run([src._list_dir("/root")])  # type: ignore[arg-type]
+    return got
+
+
+@settings(max_examples=60, deadline=None)
+@given(count=st.integers(0, 2500), chunk=st.integers(1, 150))
+def test_a_directory_is_listed_whole_with_readdirs_read_ahead_and_closed_once(count: int, chunk: int) -> None:
+    from paramiko.sftp import CMD_CLOSE, CMD_OPENDIR, CMD_READDIR
+
+    from sej.hub.source import READDIRS_AHEAD
+
+    names = [".", ".."] + [f"d{k}" for k in range(count)]
+    server = DirServer(names, chunk)
+    got = list_dir(server)
+    assert [name for name, _attrs in got] == names[2:]
+    assert all(attrs.filename == name for name, attrs in got)
+    readdirs = server.types.count(CMD_READDIR)
+    needed = -(-len(names) // chunk) + 1  # the replies with entries, and one EOF
+    # 2 READDIRs at first, then READDIRS_AHEAD at a time: at most a batch's worth past the EOF.
+    assert readdirs == 2 if needed <= 2 else needed <= readdirs < needed + READDIRS_AHEAD, (readdirs, needed)
+    assert server.types[0] == CMD_OPENDIR and server.types[-1] == CMD_CLOSE and server.types.count(CMD_CLOSE) == 1
+
+
+def test_a_listing_that_makes_no_progress_or_never_ends_is_refused_and_its_directory_closed(monkeypatch) -> None:
+    from paramiko.sftp import CMD_CLOSE
+
+    from sej.hub import source as hub_source
+    from sej.hub.source import SourceError
+
+    server = DirServer(["a", "b"], 0)  # NAME replies without entries: no progress
+    got = list_dir(server)
+    assert isinstance(got, SourceError) and "a directory listing of 0 more entries after 0; refusing it" in str(got)
+    assert server.types[-1] == CMD_CLOSE
+
+    monkeypatch.setattr(hub_source, "MAX_LISTED", 1000)
+    server = DirServer([f"d{k}" for k in range(100)], 100, endless=True)  # the same entries forever
+    got = list_dir(server)
+    assert isinstance(got, SourceError) and "more entries after 1000; refusing it" in str(got), got
+    assert server.types[-1] == CMD_CLOSE

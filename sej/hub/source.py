@@ -69,6 +69,9 @@ def sums_skip(skip: int) -> tuple[int, int]:
     return (SUM_HEADER.size, skip) if skip > SUM_HEADER.size else (0, 0)
 
 
+READDIRS_AHEAD = 16
+"""READDIRs in flight on one directory after the first two found more: 1,600 entries a round trip from OpenSSH."""
+
 MAX_LISTED = 10_000_000
 """The most entries a journal's jnl/ listing may have over SFTP: a reply loop must end."""
 
@@ -109,6 +112,7 @@ class _Kept(NamedTuple):
     path: str
     handle: bytes
     until: float  # time.monotonic() after which it is let go
+    head: bytes = b""  # a checksum file's header, as read through this handle (it never changes in a file)
 
 
 class SourceError(SejError):
@@ -463,11 +467,16 @@ class SftpSource:
         if self._only is not None:
             return list(self._only)
         try:
-            entries = self.sftp.listdir_attr(self.root)
+            (listed,) = self._pipe.run([self._list_dir(self.root)])
+            if isinstance(listed, SejError):  # a listing that never ends
+                raise listed
+            if isinstance(listed, BaseException):  # the server's answer (no such directory, no permission)
+                raise SourceError(f"{self.label}:{self.root}: {listed}")
+            entries = [attrs for _name, attrs in listed]
             # The jnl/ of every directory, at once (see sej.hub.pipeline).
             dirs = [e.filename for e in entries if stat.S_ISDIR(e.st_mode or 0) and is_shard_name(e.filename)]
             got = self._pipe.run([self._lstats(posixpath.join(self.root, d, SEGMENT_DIR)) for d in dirs])
-        except self._errors as e:
+        except self._errors as e:  # the channel failed
             self.broken = True
             raise SourceError(f"{self.label}:{self.root}: {self._why(e)}") from None
         jnl: dict[str, int | None] = {}
@@ -575,8 +584,14 @@ class SftpSource:
         key = (journal, INDEX_DIR)
         kept = self._kept_for(key, path) if self._keep_max > 0 else None
         if kept is not None:  # checked a regular file when it was opened: READs alone
+            # Its header, once read through this handle, is not read again: a header is written once, when the file
+            # is made, and another file at the path (a new header) is not what this handle reads.
+            known = self._kept[key].head if head else b""
             try:
-                return (yield from self._read_rest(path, kept, pos, head))
+                if known:
+                    return known + (yield from self._read_rest(path, kept, pos, 0))
+                got = yield from self._read_rest(path, kept, pos, head, key)
+                return got
             except OSError:  # the server no longer has it: open the path again
                 self._let_go(key, kept)
         (attrs,) = yield from self._lstats(path)
@@ -588,8 +603,10 @@ class SftpSource:
         read = self._read_open(path, handle, pos, max(pos, end), head)
         return (yield from self._keeping(key if self._keep_max > 0 else None, path, handle, read))
 
-    def _read_rest(self, path: str, handle: bytes, pos: int, head: int) -> Op[bytes]:
-        """A kept file's first `head` bytes, then its bytes from `pos` to its end (at most MAX_SUMS)."""
+    def _read_rest(self, path: str, handle: bytes, pos: int, head: int, key: tuple[str, str] | None = None
+                   ) -> Op[bytes]:  # fmt: skip
+        """A kept file's first `head` bytes, then its bytes from `pos` to its end (at most MAX_SUMS). With `key`, the
+        first `head` bytes, when all there, are remembered with the handle kept for `key` (if it still is)."""
         from paramiko.sftp import CMD_DATA, CMD_READ, int64
 
         chunks = []
@@ -602,6 +619,10 @@ class SftpSource:
                     chunks.append(expect(replies[0], CMD_DATA).get_string()[:head])
                 except EOFError:  # an empty file
                     pass
+                else:
+                    rec = self._kept.get(key) if key is not None else None
+                    if rec is not None and rec.handle == handle and len(chunks[0]) == head:
+                        self._kept[key] = rec._replace(head=chunks[0])  # type: ignore[index]
                 first = []
             try:
                 data = expect(replies[-1], CMD_DATA).get_string()
@@ -671,25 +692,40 @@ class SftpSource:
         entries = yield from self._closing(handle, self._read_dir(handle, jdir))
         return _valid_segments(entries, jdir)
 
+    def _list_dir(self, path: str) -> Op[list[tuple[str, paramiko.SFTPAttributes]]]:
+        """(name, lstat attributes) of every entry of the directory `path` but . and .. (paramiko's listdir_attr)."""
+        from paramiko.sftp import CMD_HANDLE, CMD_OPENDIR
+
+        (reply,) = yield [(CMD_OPENDIR, path.encode())]
+        handle = expect(reply, CMD_HANDLE).get_binary()
+        entries = yield from self._closing(handle, self._read_entries(handle, path))
+        return [(name, attrs) for name, attrs in entries if name not in (".", "..")]
+
     def _read_entries(self, handle: bytes, path: str) -> Op[list[tuple[str, paramiko.SFTPAttributes]]]:
         """(name, attributes) of every entry of an open directory; a listing must make progress and end."""
         from paramiko import SFTPAttributes
         from paramiko.sftp import CMD_NAME, CMD_READDIR
 
         entries: list[tuple[str, paramiko.SFTPAttributes]] = []
+        # Several READDIRs at once: the server answers them in turn, each with the entries after the last one's
+        # (OpenSSH: up to 100 each), then EOF. A small directory (a jnl/) takes one round trip instead of two, and a
+        # root of 1,000 journals two instead of eleven.
+        ahead = 2
         while True:
-            (reply,) = yield [(CMD_READDIR, handle)]
-            try:
-                msg = expect(reply, CMD_NAME)
-            except EOFError:
-                return entries
-            count = msg.get_int()
-            if count == 0 or len(entries) + count > MAX_LISTED:  # no progress, or no end: stop reading this server
-                raise SourceError(f"{self.label}:{path}: a directory listing of {count} more entries after "
-                                  f"{len(entries)}; refusing it")  # fmt: skip
-            for _ in range(count):
-                filename, _long = msg.get_text(), msg.get_text()
-                entries.append((filename, SFTPAttributes._from_msg(msg, filename)))
+            replies = yield [(CMD_READDIR, handle)] * ahead
+            for reply in replies:
+                try:
+                    msg = expect(reply, CMD_NAME)
+                except EOFError:
+                    return entries
+                count = msg.get_int()
+                if count == 0 or len(entries) + count > MAX_LISTED:  # no progress, or no end: refuse this server's
+                    raise SourceError(f"{self.label}:{path}: a directory listing of {count} more entries after "
+                                      f"{len(entries)}; refusing it")  # fmt: skip
+                for _ in range(count):
+                    filename, _long = msg.get_text(), msg.get_text()
+                    entries.append((filename, SFTPAttributes._from_msg(msg, filename)))
+            ahead = READDIRS_AHEAD
 
     def _read_dir(self, handle: bytes, jdir: str) -> Op[list[tuple[str, int]]]:
         """(name, size) of the segment files of an open jnl/ directory."""
