@@ -195,6 +195,38 @@ def test_kept_handles_stay_within_the_cap(sshd, tmp_path, monkeypatch) -> None:
         sources.close()
 
 
+def test_a_channel_serving_more_files_than_it_keeps_reads_the_ones_it_keeps_through_their_handles(
+    sshd, tmp_path, monkeypatch
+) -> None:
+    """Passes read the journals in turn: a channel that closed its least recently read file to keep the next one
+    would keep none of the files the next pass reads first. The files kept stay kept (until KEEP_SECONDS)."""
+    src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
+    produce(src, 300, segment_size=BIG)
+    journals = sorted(os.listdir(src))
+    files = 2 * len(journals)  # a segment and a checksum file each (and an offset file each, once committed)
+    monkeypatch.setattr(hub_location, "KEEP_HANDLES", 3)
+    client = connect_to(sshd)
+    sources = Sources("test", sftp_sources(client, src, "test"), client)
+    keeper, state = Keeper(sources), CopyState()
+    try:
+        opened = open_paths(monkeypatch)
+        held = []
+        for seed in range(3):
+            opened.clear()
+            produce(src, 50, segment_size=BIG, seed=seed)
+            out = copy_all(sources, hub, "c1", "hub", workers=1, state=state, kept=keeper)
+            assert all(o.error is None for o in out) and all(o.result and o.result.messages for o in out), out
+            assert_identical(src, hub)
+            held.append(sorted(held_open(sshd, src)))
+            kept_files = [p for p in held[-1] if p.endswith((".jnl", ".sum"))]
+            assert len(held[-1]) == 3
+            if seed:  # the files kept were read through their handles; only the others were opened
+                assert len(journal_files(opened)) == files - len(kept_files), (opened, held)
+        assert held[0] == held[1] == held[2], "the same files kept every pass"
+    finally:
+        sources.close()
+
+
 def test_a_kept_channel_that_broke_is_replaced(sshd, tmp_path) -> None:
     src = str(tmp_path / "src")
     produce(src, 50, segment_size=BIG)
@@ -480,3 +512,35 @@ def test_a_kept_checksum_file_header_is_read_once_through_its_handle(sshd, tmp_p
         assert per_pass == [0, len(journals), 0, 0], per_pass
     finally:
         sources.close()
+
+
+def test_a_pass_without_kept_channels_stays_within_the_files_a_producer_allows(tmp_path) -> None:
+    """`sej copy`'s channels keep nothing, but each one's operations hold files open at once: as many as the
+    server allows, at most. With 64 open files allowed, an initial copy of 300 journals gets every one."""
+    import resource
+
+    from testing.sshd import Sshd, sshd_available
+
+    if sshd_available() is not None and not os.environ.get("CI"):
+        pytest.skip(str(sshd_available()))
+    from sej.shard.name import format_shard
+
+    root, hub = tmp_path / "src", str(tmp_path / "hub")
+    for i in range(300):
+        with sej.Writer(str(root / format_shard("p", 9, i)), segment_size=BIG) as w:
+            w.append(b"m-%d" % i)
+    with Sshd() as server:
+        resource.prlimit(server.pid, resource.RLIMIT_NOFILE, (64, 64))  # its sessions inherit it
+        from .test_hub_ssh import connect_to as connect
+
+        client = connect(server)
+        try:
+            make = sftp_sources(client, str(root), "test")
+            probe = make()
+            assert probe._limit is not None and probe._limit <= 64 and probe._pipe.max_ops <= probe._limit // 2
+            probe.close()
+            out = copy_all(make, hub, "c1", "hub", workers=2)
+            assert [o for o in out if o.error is not None] == [] and len(out) == 300
+            assert_identical(str(root), hub)
+        finally:
+            client.close()

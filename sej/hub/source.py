@@ -417,19 +417,22 @@ class SftpSource:
         self._errors = _transport_errors()
         self._pipe = Pipeline(sftp)
         root = posixpath.normpath(root)
-        try:
-            sftp.lstat(posixpath.join(root, SEGMENT_DIR))
-            is_journal = True
-        except FileNotFoundError:
-            is_journal = False
+        try:  # in one round trip: whether the root is a journal, and how many files the server may open
+            jnl, limit = self._pipe.run([self._lstats(posixpath.join(root, SEGMENT_DIR)), self._handle_limit()])
         except self._errors as e:
             raise SourceError(f"{label}:{root}: {self._why(e)}") from None
+        if isinstance(jnl, BaseException):  # the server's answer (no permission)
+            raise SourceError(f"{label}:{root}: {jnl}")
+        is_journal = jnl[0] is not None
+        self._limit: int | None = None if isinstance(limit, BaseException) else limit
+        if self._limit is not None:  # the files the operations of a call open at once (one each at most)
+            self._pipe.max_ops = max(1, min(self._pipe.max_ops, self._limit // 2))
         self.root = posixpath.dirname(root) if is_journal else root
         self._only: list[str] | None = [check_journal_name(posixpath.basename(root))] if is_journal else None
         self._skipped: dict[str, str] = {}
         self.broken = False  # a transport failure: requests may still be in flight, the channel is unusable
         self._keep_max = 0  # files kept open between calls (keep_handles)
-        self._kept: OrderedDict[tuple[str, str], _Kept] = OrderedDict()  # (journal, "jnl" or "sum"), oldest first
+        self._kept: OrderedDict[tuple[str, str], _Kept] = OrderedDict()  # (journal, "jnl", "idx" or "ofs/<reader>")
         self._closing_kept: list[bytes] = []  # handles let go, closed with the next requests
 
     def keep_handles(self, most: int = KEEP_HANDLES) -> None:
@@ -439,11 +442,7 @@ class SftpSource:
         and an fsync. The files a call opens at once are bounded by the rest."""
         from .pipeline import MAX_OPS
 
-        try:
-            limit = self._pipe.one(self._handle_limit())
-        except self._errors as e:
-            self.broken = True
-            raise SourceError(f"{self.label}:{self.root}: {self._why(e)}") from None
+        limit = self._limit
         self._keep_max = min(most, KEEP_UNSTATED if limit is None else limit // 2)
         if limit is not None:  # what is left for the files the operations of a call open (one each at most)
             self._pipe.max_ops = max(1, min(MAX_OPS, (limit - self._keep_max) // 2))
@@ -845,20 +844,19 @@ class SftpSource:
             self._let_go(key, kept.handle)
         return None
 
-    def _keep(self, key: tuple[str, str], path: str, handle: bytes, push_out: bool = True) -> bool:
-        """Keep `handle` (of `path`) open for `key`; False when it is not kept (the caller closes it). The least
-        recently read file kept is let go to make room, unless not `push_out` (then False when full)."""
+    def _keep(self, key: tuple[str, str], path: str, handle: bytes) -> bool:
+        """Keep `handle` (of `path`) open for `key`; False when it is not kept (the caller closes it): a later file
+        of the key is kept, or there is no room. Nothing kept is pushed out for it: a pass reads its journals in
+        turn, so a cache of the least recently read would hold none of the next pass's files once there are more
+        than it holds; this way the ones kept are read through their handles, until they are KEEP_SECONDS old."""
         kept = self._kept.get(key)
-        if kept is None and not push_out and len(self._kept) >= self._keep_max:
+        if kept is None and len(self._kept) >= self._keep_max:
             return False
         if kept is not None:
             if kept.path > path:  # a later segment of the journal is kept
                 return False
             self._let_go(key, kept.handle)
         self._kept[key] = _Kept(path, handle, time.monotonic() + KEEP_SECONDS)
-        while len(self._kept) > self._keep_max:
-            _key, oldest = self._kept.popitem(last=False)
-            self._closing_kept.append(oldest.handle)
         return True
 
     def _let_go(self, key: tuple[str, str], handle: bytes) -> None:
@@ -998,10 +996,7 @@ class SftpSource:
             self._is(final, there, stat.S_ISREG, "a regular file")  # a symlink or FIFO there is not replaced
         # O_CREAT|O_EXCL: never through a symlink.
         handle = yield from self._open(tmp, SFTP_FLAG_WRITE | SFTP_FLAG_CREATE | SFTP_FLAG_EXCL)
-        # The file this handle creates, kept open for the next commits (above) while there is room: a kept file
-        # pushed out is closed only with the next call (another operation may still use it), so a call of many
-        # commits that pushed files out would have them all open at once.
-        keep = key in self._kept or len(self._kept) < self._keep_max
+        keep = key in self._kept or len(self._kept) < self._keep_max  # kept for the next commits (above) if room
         try:
             write, _fsync, *closed = yield [
                 (CMD_WRITE, handle, int64(0), encode_offset(value)),
@@ -1020,7 +1015,7 @@ class SftpSource:
                 self._closing_kept.append(handle)  # closed with the next requests
             yield [(CMD_REMOVE, tmp.encode())]  # our own temp file; an error here changes nothing
             raise
-        if keep and not self._keep(key, final, handle, push_out=False):
+        if keep and not self._keep(key, final, handle):
             yield [(CMD_CLOSE, handle)]  # no room left meanwhile; an error here changes nothing
         if sweep:
             yield from self._sweep(journal, ofs, final)
