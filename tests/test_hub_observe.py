@@ -618,3 +618,24 @@ def test_a_journal_gone_from_its_producer_leaves_the_metrics_and_the_status_reco
     assert r.returncode == 0 and [row["journal"] for row in json.loads(r.stdout)["journals"] if row["gone"]] == [
         "ev.1.001"
     ], r.stdout + r.stderr
+
+
+@settings(max_examples=200, deadline=None)
+@given(max_age=st.floats(0.001, 1e6), over=st.floats(0.0, 10.0))
+def test_health_says_stale_exactly_when_older_than_max_age_and_never_shows_an_age_within_it(
+    max_age: float, over: float
+) -> None:
+    """/health's verdict and the age it shows agree: a client stale by less than a millisecond reads as older than
+    max_age, never as exactly max_age (CI once saw 20.0 > 20.0 fail, with the age rounded to the nearest ms)."""
+    from sej.hub.metrics import health
+    from sej.hub.status import StatusBook
+
+    now = [1_000_000.0]
+    book = StatusBook(None, [("c", "label")], clock=lambda: now[0])
+    now[0] += max_age + over  # no pass yet: the age counts from when the daemon started watching
+    code, body = health(book, max_age)
+    if now[0] - 1_000_000.0 > max_age:
+        assert code == 503 and body["stale"][0]["client"] == "c", body
+        assert body["stale"][0]["seconds_since_success"] > max_age, body
+    else:
+        assert code == 200 and body == {"status": "ok", "max_age": max_age}
