@@ -1146,7 +1146,7 @@ def test_destinations_close_a_journal_whose_copy_failed_and_keep_at_most_their_l
     dests = Destinations(limit=2)
     try:
         out = copy_all(lambda: LocalSource(src), hub, "c1", "hub", destinations=dests)
-        assert all(o.error is None for o in out) and len(dests) == 2  # the least recently used were closed
+        assert all(o.error is None for o in out) and len(dests) == 2  # the others were closed
         assert_identical(src, hub)
         victim = os.path.join(src, "p.2.003")
         seg = sej.list_segments(victim)[-1].path
@@ -1157,6 +1157,42 @@ def test_destinations_close_a_journal_whose_copy_failed_and_keep_at_most_their_l
         assert [o.journal for o in out if o.error is not None] == ["p.2.003"]
         assert f"{hub}/c1.p.2.003" not in dests._open
         sej.Writer(os.path.join(hub, "c1.p.2.003")).close()  # its lock was released
+    finally:
+        dests.close()
+
+
+def test_destinations_keep_the_same_journals_open_when_passes_copy_more_than_their_limit(
+    tmp_path, monkeypatch
+) -> None:
+    """Passes copy the journals in turn: closing the least recently used to keep the next would keep none of those
+    the next pass copies first. The ones kept stay open, so each pass opens (and recovers) only the others."""
+    from sej.hub import CopyState
+    from sej.hub import copy as hub_copy
+    from sej.hub.copy import Destinations
+
+    src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
+    produce(src, 400, segment_size=100_000)
+    journals = sorted(os.listdir(src))
+    opened: list[str] = []
+    real = hub_copy._Destination.__init__
+
+    def counting(self, dir: str) -> None:  # type: ignore[no-untyped-def]
+        opened.append(dir)
+        real(self, dir)
+
+    monkeypatch.setattr(hub_copy._Destination, "__init__", counting)
+    dests, state = Destinations(limit=2), CopyState()
+    try:
+        kept = []
+        for seed in range(3):
+            produce(src, 40, segment_size=100_000, seed=seed)
+            opened.clear()
+            out = copy_all(lambda: LocalSource(src), hub, "c1", "hub", state=state, destinations=dests)
+            assert all(o.error is None for o in out) and all(o.result and o.result.messages for o in out), out
+            assert_identical(src, hub)
+            kept.append(sorted(dests._open))
+            assert len(opened) == (len(journals) if seed == 0 else len(journals) - 2), (seed, opened)
+        assert kept[0] == kept[1] == kept[2] and len(kept[0]) == 2
     finally:
         dests.close()
 

@@ -358,7 +358,7 @@ def open_journals() -> int:
 class Destinations:
     """The hub's journals kept open between passes (the daemon's): each one's writer lock, last segment
     and index stay open, so a pass that copies a little into many journals does not reopen and recover
-    each one. At most `limit` are open (the least recently used are closed).
+    each one. At most `limit` are open (a journal given back when they are is closed).
 
     An open journal is used again only while its files are still the ones it holds, the segment at the
     size it wrote (`_Destination.still_current`); otherwise it is closed and the journal opened afresh,
@@ -380,11 +380,15 @@ class Destinations:
         return _Destination(dir)
 
     def give(self, dest: _Destination) -> None:
+        """Keep `dest` open if there is room; else close it. None is closed to make room: a pass copies its journals
+        in turn, so closing the least recently used would keep none of those the next pass copies first once there
+        are more than `limit`; this way the ones kept stay open, pass after pass."""
         with self._lock:
-            self._open[dest.dir] = dest
-            evicted = [self._open.popitem(last=False)[1] for _ in range(len(self._open) - self.limit)]
-            # Closed under the lock: a `take` of an evicted journal must not open it before its lock is released.
-            _close_all(evicted)
+            if len(self._open) < self.limit or dest.dir in self._open:
+                self._open[dest.dir] = dest
+                return
+            # Closed under the lock: a `take` of this journal must not open it before its lock is released.
+            _close_all([dest])
 
     def close(self) -> None:
         with self._lock:
