@@ -1161,9 +1161,7 @@ def test_destinations_close_a_journal_whose_copy_failed_and_keep_at_most_their_l
         dests.close()
 
 
-def test_destinations_keep_the_same_journals_open_when_passes_copy_more_than_their_limit(
-    tmp_path, monkeypatch
-) -> None:
+def test_destinations_keep_the_same_journals_open_when_passes_copy_more_than_their_limit(tmp_path, monkeypatch) -> None:
     """Passes copy the journals in turn: closing the least recently used to keep the next would keep none of those
     the next pass copies first. The ones kept stay open, so each pass opens (and recovers) only the others."""
     from sej.hub import CopyState
