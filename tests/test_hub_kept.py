@@ -544,3 +544,102 @@ def test_a_pass_without_kept_channels_stays_within_the_files_a_producer_allows(t
             assert_identical(str(root), hub)
         finally:
             client.close()
+
+
+def failed_opens(monkeypatch) -> list[str]:  # type: ignore[no-untyped-def]
+    """The OPENs of SftpSource that the server refuses from now on (path: error)."""
+    failed: list[str] = []
+    real = SftpSource._open
+
+    def counting(self, path, flags):  # type: ignore[no-untyped-def]
+        try:
+            return (yield from real(self, path, flags))
+        except OSError as e:
+            failed.append(f"{path}: {e}")
+            raise
+
+    monkeypatch.setattr(SftpSource, "_open", counting)
+    return failed
+
+
+@pytest.mark.parametrize("aged", [False, True])
+def test_a_pass_never_opens_more_files_than_the_producer_allows(tmp_path, monkeypatch, aged: bool) -> None:
+    """With 256 open files allowed and 300 journals (900 files to keep, far more than fit): no OPEN is refused.
+    A file that cannot be kept is closed by the operation that opened it, not with the next call; files let go
+    (aged: all of them reach KEEP_SECONDS as the pass reads them) still count until closed, and are closed
+    before the next call's operations open more. (Found by review: 694 and 472 refused OPENs before.)"""
+    import resource
+
+    from testing.sshd import Sshd, sshd_available
+
+    if sshd_available() is not None and not os.environ.get("CI"):
+        pytest.skip(str(sshd_available()))
+    from sej.shard.name import format_shard
+
+    failed = failed_opens(monkeypatch)
+    root, hub = tmp_path / "src", str(tmp_path / "hub")
+    names = [format_shard("p", 9, i) for i in range(300)]
+
+    def append_to_each(seed: int) -> None:
+        for name in names:
+            with sej.Writer(str(root / name), segment_size=BIG) as w:
+                w.append(b"%s-%d" % (name.encode(), seed))
+
+    append_to_each(0)
+    with Sshd() as server:
+        resource.prlimit(server.pid, resource.RLIMIT_NOFILE, (256, 256))  # its sessions inherit it
+        client = connect_to(server)
+        sources = Sources("test", sftp_sources(client, str(root), "test"), client)
+        keeper, state = Keeper(sources), CopyState()
+        try:
+            for seed in range(1, 4):
+                append_to_each(seed)
+                if aged:
+                    kept = sources.kept(0)._kept
+                    for key, k in list(kept.items()):
+                        kept[key] = k._replace(until=0.0)
+                out = copy_all(sources, hub, "c1", "hub", workers=1, state=state, kept=keeper)
+                assert [o for o in out if o.error is not None] == []
+                assert_identical(str(root), hub)
+                assert failed == [], f"{len(failed)} OPENs refused, e.g. {failed[:2]}"
+        finally:
+            sources.close()
+
+
+def test_a_hard_link_to_the_kept_offset_file_sees_commits_only_until_the_handle_is_old(sshd, tmp_path) -> None:
+    """A commit through the kept handle writes the offset file the hub created, in place. Another name made for
+    it on the producer (a `cp -al` backup) is that same file, and sees those commits until the handle is
+    KEEP_SECONDS old; the next commit then replaces the name (temp file and rename), and the other name keeps the
+    value it had. (A local commit never writes a file with other names; over SFTP the link count is not known.)"""
+    src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
+    produce(src, 50, segment_size=BIG)
+    journal = sorted(os.listdir(src))[0]
+    ofs = os.path.join(src, journal, "ofs", "hub.ofs")
+    backup = str(tmp_path / "backup-hub.ofs")
+    client = connect_to(sshd)
+    sources = Sources("test", sftp_sources(client, src, "test"), client)
+    keeper, state = Keeper(sources), CopyState()
+
+    def copy() -> None:
+        out = copy_all(sources, hub, "c1", "hub", workers=1, state=state, kept=keeper)
+        assert all(o.error is None for o in out), out
+        assert_identical(src, hub)
+
+    try:
+        copy()
+        os.link(ofs, backup)
+        produce(src, 10, segment_size=BIG, seed=1)
+        copy()
+        seen = read_offset_file(backup)
+        assert seen == read_offset_file(ofs) == sej.next_offset(os.path.join(src, journal)), "the same file"
+        kept = sources.kept(0)._kept
+        for key, k in list(kept.items()):  # as KEEP_SECONDS later
+            kept[key] = k._replace(until=0.0)
+        for seed in (2, 3):
+            produce(src, 10, segment_size=BIG, seed=seed)
+            copy()
+            assert read_offset_file(ofs) == sej.next_offset(os.path.join(src, journal))
+            assert read_offset_file(backup) == seen, "the other name is left alone from then on"
+        assert os.stat(ofs).st_nlink == 1 and os.stat(backup).st_nlink == 1
+    finally:
+        sources.close()

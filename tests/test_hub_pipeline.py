@@ -205,9 +205,9 @@ class DirServer(ScriptedChannel):
     """An SFTP server with one directory: answers OPENDIR, READDIR (the next `chunk` entries, then EOF; `endless`:
     the same entries again forever; `chunk` 0: a NAME of no entries) and CLOSE in order, as it gets them."""
 
-    def __init__(self, names: list[str], chunk: int, endless: bool = False) -> None:
+    def __init__(self, names: list[str], chunk: int, endless: bool = False, refuse_ahead: bool = False) -> None:
         super().__init__([])
-        self.names, self.chunk, self.endless = names, chunk, endless
+        self.names, self.chunk, self.endless, self.refuse_ahead = names, chunk, endless, refuse_ahead
         self.at = 0
         self.parsed = 0
         self.out = bytearray()
@@ -217,8 +217,14 @@ class DirServer(ScriptedChannel):
         from paramiko.sftp import CMD_CLOSE, CMD_HANDLE, CMD_NAME, CMD_OPENDIR, CMD_READDIR, SFTP_EOF, SFTP_OK
 
         super().sendall(data)
+        readdirs = 0  # of this write
         for t, num, _arg in sent_requests(bytes(self.sent[self.parsed :])):
             self.types.append(t)
+            readdirs += t == CMD_READDIR
+            if t == CMD_READDIR and self.refuse_ahead and readdirs > 1:  # one READDIR in flight at a time
+                text = b"read ahead refused"
+                self.out += reply(CMD_STATUS, num, struct.pack(">II", 4, len(text)) + text + struct.pack(">I", 0))
+                continue
             if t == CMD_OPENDIR:
                 self.out += reply(CMD_HANDLE, num, struct.pack(">I", 1) + b"h")
             elif t == CMD_READDIR:
@@ -250,6 +256,18 @@ def list_dir(server: DirServer) -> Any:
     src.label = "test"
     (got,) = Pipeline(FakeSftp(server)).run([src._list_dir("/root")])  # type: ignore[arg-type]
     return got
+
+
+@settings(max_examples=40, deadline=None)
+@given(count=st.integers(0, 500), chunk=st.integers(1, 150))
+def test_a_server_that_refuses_readdirs_read_ahead_is_listed_one_readdir_at_a_time(count: int, chunk: int) -> None:
+    from paramiko.sftp import CMD_READDIR
+
+    names = [f"d{k}" for k in range(count)]
+    server = DirServer(names, chunk, refuse_ahead=True)
+    got = list_dir(server)
+    assert [name for name, _attrs in got] == names
+    assert server.types.count(CMD_READDIR) <= 2 + -(-count // chunk) + 1  # the refused one, then one at a time
 
 
 @settings(max_examples=60, deadline=None)

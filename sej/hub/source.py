@@ -517,7 +517,8 @@ class SftpSource:
         try:
             if not self._closing_kept:
                 return self._pipe.one(op)
-            result = self._pipe.run([op, self._close_let_go()])[0]
+            # The files let go before this call are closed first, before this call's operations open more.
+            result = self._pipe.run([self._close_let_go(), op])[1]
         except self._errors as e:
             self.broken = True
             raise SourceError(f"{self.label}:{path}: {self._why(e)}") from None
@@ -527,10 +528,11 @@ class SftpSource:
 
     def many(self, calls: list[Call]) -> list[Any]:
         ops = [getattr(self, f"_{c[0]}")(*c[1:]) for c in calls]
-        if self._closing_kept:
-            ops.append(self._close_let_go())
+        # The files let go before this call are closed first: the operations start in order, at most max_ops at
+        # once, and the files they open and those still to close must fit in what the server allows together.
+        first = [self._close_let_go()] if self._closing_kept else []
         try:
-            results = self._pipe.run(ops)[: len(calls)]
+            results = self._pipe.run(first + ops)[len(first) :]
         except self._errors as e:
             self.broken = True
             waiting = self._pipe.stuck
@@ -709,14 +711,21 @@ class SftpSource:
         # Several READDIRs at once: the server answers them in turn, each with the entries after the last one's
         # (OpenSSH: up to 100 each), then EOF. A small directory (a jnl/) takes one round trip instead of two, and a
         # root of 1,000 journals two instead of eleven.
+        # This relies on the server answering one handle's requests in turn, as OpenSSH's sftp-server does. One that
+        # refuses READDIRs read ahead (an error after the first of a batch) is read one READDIR at a time from then.
         ahead = 2
         while True:
             replies = yield [(CMD_READDIR, handle)] * ahead
-            for reply in replies:
+            for k, reply in enumerate(replies):
                 try:
                     msg = expect(reply, CMD_NAME)
                 except EOFError:
                     return entries
+                except OSError:
+                    if k == 0:
+                        raise
+                    ahead = 1
+                    continue
                 count = msg.get_int()
                 if count == 0 or len(entries) + count > MAX_LISTED:  # no progress, or no end: refuse this server's
                     raise SourceError(f"{self.label}:{path}: a directory listing of {count} more entries after "
@@ -724,7 +733,8 @@ class SftpSource:
                 for _ in range(count):
                     filename, _long = msg.get_text(), msg.get_text()
                     entries.append((filename, SFTPAttributes._from_msg(msg, filename)))
-            ahead = READDIRS_AHEAD
+            if ahead > 1:
+                ahead = READDIRS_AHEAD
 
     def _read_dir(self, handle: bytes, jdir: str) -> Op[list[tuple[str, int]]]:
         """(name, size) of the segment files of an open jnl/ directory."""
@@ -829,7 +839,11 @@ class SftpSource:
             self._closing_kept.append(handle)
             raise
         if not self._keep(key, path, handle):
-            self._closing_kept.append(handle)
+            from paramiko.sftp import CMD_CLOSE
+
+            # This operation's own handle, used by no other: closed now, not with the next call (a call of many
+            # operations would hold all of them open until then).
+            yield [(CMD_CLOSE, handle)]  # an error here changes nothing
         return result
 
     def _kept_for(self, key: tuple[str, str], path: str) -> bytes | None:
@@ -850,14 +864,19 @@ class SftpSource:
         turn, so a cache of the least recently read would hold none of the next pass's files once there are more
         than it holds; this way the ones kept are read through their handles, until they are KEEP_SECONDS old."""
         kept = self._kept.get(key)
-        if kept is None and len(self._kept) >= self._keep_max:
-            return False
         if kept is not None:
             if kept.path > path:  # a later segment of the journal is kept
                 return False
             self._let_go(key, kept.handle)
+        if not self._room():
+            return False
         self._kept[key] = _Kept(path, handle, time.monotonic() + KEEP_SECONDS)
         return True
+
+    def _room(self) -> bool:
+        """Whether another file may be kept: those kept and those let go but still open (closed with the next
+        call) count, so that with the files the operations of a call open they stay within the server's limit."""
+        return len(self._kept) + len(self._closing_kept) < self._keep_max
 
     def _let_go(self, key: tuple[str, str], handle: bytes) -> None:
         """Stop keeping `handle` for `key`; closed with the next call's requests. Only if it is still the one kept
@@ -996,7 +1015,7 @@ class SftpSource:
             self._is(final, there, stat.S_ISREG, "a regular file")  # a symlink or FIFO there is not replaced
         # O_CREAT|O_EXCL: never through a symlink.
         handle = yield from self._open(tmp, SFTP_FLAG_WRITE | SFTP_FLAG_CREATE | SFTP_FLAG_EXCL)
-        keep = key in self._kept or len(self._kept) < self._keep_max  # kept for the next commits (above) if room
+        keep = key in self._kept or self._room()  # kept for the next commits (above) if there is room
         try:
             write, _fsync, *closed = yield [
                 (CMD_WRITE, handle, int64(0), encode_offset(value)),
