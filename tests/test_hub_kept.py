@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -23,6 +26,9 @@ from testing.sshd import descendants
 from .test_hub_copy import assert_identical, produce
 from .test_hub_copy import journal_files as journal_files_of
 from .test_hub_ssh import connect_to
+
+if TYPE_CHECKING:
+    import paramiko
 
 BIG = 1 << 20  # segment size: one segment per journal
 
@@ -87,6 +93,45 @@ def open_paths(monkeypatch) -> list[str]:  # type: ignore[no-untyped-def]
 
 def journal_files(opened: list[str]) -> list[str]:
     return [p for p in opened if p.endswith((".jnl", ".sum"))]
+
+
+def age_kept(source: SftpSource) -> None:
+    """Make every file `source` keeps open old, as KEEP_SECONDS later."""
+    for key, k in list(source._kept.items()):
+        source._kept[key] = k._replace(until=0.0)
+
+
+def shard_root(root: Path, count: int = 300) -> Callable[[int], None]:
+    """A producer root of `count` shards of one message each; returns what appends one more to each."""
+    from sej.shard.name import format_shard
+
+    names = [format_shard("p", 9, i) for i in range(count)]
+
+    def append_to_each(seed: int) -> None:
+        for name in names:
+            with sej.Writer(str(root / name), segment_size=BIG) as w:
+                w.append(b"%s-%d" % (name.encode(), seed))
+
+    append_to_each(0)
+    return append_to_each
+
+
+@contextmanager
+def sshd_allowing(files: int) -> Iterator[paramiko.SSHClient]:
+    """A connection to a new sshd whose sessions (its sftp-servers) may open `files` files at most."""
+    import resource
+
+    from testing.sshd import Sshd, sshd_available
+
+    if sshd_available() is not None and not os.environ.get("CI"):
+        pytest.skip(str(sshd_available()))
+    with Sshd() as server:
+        resource.prlimit(server.pid, resource.RLIMIT_NOFILE, (files, files))  # its sessions inherit it
+        client = connect_to(server)
+        try:
+            yield client
+        finally:
+            client.close()
 
 
 def test_kept_channels_read_grown_journals_through_the_files_they_keep_open_and_let_deleted_ones_go(
@@ -387,28 +432,9 @@ def test_copies_that_read_for_themselves_borrow_the_kept_channels(sshd, tmp_path
 def test_a_producer_with_few_open_files_gets_every_copy_and_commit(tmp_path) -> None:
     """The files a pass holds open on a producer (kept ones, and those its operations open at once) stay within
     what the sftp-server may open: with 256 open files allowed, 300 journals copy and commit on every pass."""
-    import resource
-
-    from testing.sshd import Sshd, sshd_available
-
-    if sshd_available() is not None and not os.environ.get("CI"):
-        pytest.skip(str(sshd_available()))
-    from sej.shard.name import format_shard
-
     root, hub = tmp_path / "src", str(tmp_path / "hub")
-    names = [format_shard("p", 9, i) for i in range(300)]
-
-    def append_to_each(seed: int) -> None:
-        for name in names:
-            with sej.Writer(str(root / name), segment_size=BIG) as w:
-                w.append(b"%s-%d" % (name.encode(), seed))
-
-    append_to_each(0)
-    with Sshd() as server:
-        resource.prlimit(server.pid, resource.RLIMIT_NOFILE, (256, 256))  # its sessions inherit it
-        from .test_hub_ssh import connect_to as connect
-
-        client = connect(server)
+    append_to_each = shard_root(root)
+    with sshd_allowing(256) as client:
         sources = Sources("test", sftp_sources(client, str(root), "test"), client)
         keeper, state = Keeper(sources), CopyState()
         try:
@@ -452,9 +478,7 @@ def test_an_offset_file_replaced_under_its_kept_handle_is_written_by_its_path_ag
         produce(src, 10, segment_size=BIG, seed=1)
         copy()
         assert read_offset_file(ofs) == 1, "written through the kept handle: the old file, not the one there now"
-        kept = sources.kept(0)._kept  # make the kept files old, as KEEP_SECONDS later
-        for key, k in list(kept.items()):
-            kept[key] = k._replace(until=0.0)
+        age_kept(sources.kept(0))  # type: ignore[arg-type]
         produce(src, 10, segment_size=BIG, seed=2)
         copy()
         assert read_offset_file(ofs) == sej.next_offset(os.path.join(src, journal)), "the file at the path again"
@@ -464,8 +488,7 @@ def test_an_offset_file_replaced_under_its_kept_handle_is_written_by_its_path_ag
         produce(src, 10, segment_size=BIG, seed=3)
         out = {o.journal: o for o in copy_all(sources, hub, "c1", "hub", workers=1, state=state, kept=keeper)}
         assert os.path.islink(ofs)
-        for key, k in list(kept.items()):
-            kept[key] = k._replace(until=0.0)
+        age_kept(sources.kept(0))  # type: ignore[arg-type]
         produce(src, 10, segment_size=BIG, seed=4)
         out = {o.journal: o for o in copy_all(sources, hub, "c1", "hub", workers=1, state=state, kept=keeper)}
         assert out[journal].error is not None and "symlink" in str(out[journal].error), out[journal]
@@ -517,33 +540,16 @@ def test_a_kept_checksum_file_header_is_read_once_through_its_handle(sshd, tmp_p
 def test_a_pass_without_kept_channels_stays_within_the_files_a_producer_allows(tmp_path) -> None:
     """`sej copy`'s channels keep nothing, but each one's operations hold files open at once: as many as the
     server allows, at most. With 64 open files allowed, an initial copy of 300 journals gets every one."""
-    import resource
-
-    from testing.sshd import Sshd, sshd_available
-
-    if sshd_available() is not None and not os.environ.get("CI"):
-        pytest.skip(str(sshd_available()))
-    from sej.shard.name import format_shard
-
     root, hub = tmp_path / "src", str(tmp_path / "hub")
-    for i in range(300):
-        with sej.Writer(str(root / format_shard("p", 9, i)), segment_size=BIG) as w:
-            w.append(b"m-%d" % i)
-    with Sshd() as server:
-        resource.prlimit(server.pid, resource.RLIMIT_NOFILE, (64, 64))  # its sessions inherit it
-        from .test_hub_ssh import connect_to as connect
-
-        client = connect(server)
-        try:
-            make = sftp_sources(client, str(root), "test")
-            probe = make()
-            assert probe._limit is not None and probe._limit <= 64 and probe._pipe.max_ops <= probe._limit // 2
-            probe.close()
-            out = copy_all(make, hub, "c1", "hub", workers=2)
-            assert [o for o in out if o.error is not None] == [] and len(out) == 300
-            assert_identical(str(root), hub)
-        finally:
-            client.close()
+    shard_root(root)
+    with sshd_allowing(64) as client:
+        make = sftp_sources(client, str(root), "test")
+        probe = make()
+        assert probe._limit is not None and probe._limit <= 64 and probe._pipe.max_ops <= probe._limit // 2
+        probe.close()
+        out = copy_all(make, hub, "c1", "hub", workers=2)
+        assert [o for o in out if o.error is not None] == [] and len(out) == 300
+        assert_identical(str(root), hub)
 
 
 def failed_opens(monkeypatch) -> list[str]:  # type: ignore[no-untyped-def]
@@ -568,36 +574,17 @@ def test_a_pass_never_opens_more_files_than_the_producer_allows(tmp_path, monkey
     A file that cannot be kept is closed by the operation that opened it, not with the next call; files let go
     (aged: all of them reach KEEP_SECONDS as the pass reads them) still count until closed, and are closed
     before the next call's operations open more. (Found by review: 694 and 472 refused OPENs before.)"""
-    import resource
-
-    from testing.sshd import Sshd, sshd_available
-
-    if sshd_available() is not None and not os.environ.get("CI"):
-        pytest.skip(str(sshd_available()))
-    from sej.shard.name import format_shard
-
     failed = failed_opens(monkeypatch)
     root, hub = tmp_path / "src", str(tmp_path / "hub")
-    names = [format_shard("p", 9, i) for i in range(300)]
-
-    def append_to_each(seed: int) -> None:
-        for name in names:
-            with sej.Writer(str(root / name), segment_size=BIG) as w:
-                w.append(b"%s-%d" % (name.encode(), seed))
-
-    append_to_each(0)
-    with Sshd() as server:
-        resource.prlimit(server.pid, resource.RLIMIT_NOFILE, (256, 256))  # its sessions inherit it
-        client = connect_to(server)
+    append_to_each = shard_root(root)
+    with sshd_allowing(256) as client:
         sources = Sources("test", sftp_sources(client, str(root), "test"), client)
         keeper, state = Keeper(sources), CopyState()
         try:
             for seed in range(1, 4):
                 append_to_each(seed)
                 if aged:
-                    kept = sources.kept(0)._kept
-                    for key, k in list(kept.items()):
-                        kept[key] = k._replace(until=0.0)
+                    age_kept(sources.kept(0))  # type: ignore[arg-type]
                 out = copy_all(sources, hub, "c1", "hub", workers=1, state=state, kept=keeper)
                 assert [o for o in out if o.error is not None] == []
                 assert_identical(str(root), hub)
@@ -632,9 +619,7 @@ def test_a_hard_link_to_the_kept_offset_file_sees_commits_only_until_the_handle_
         copy()
         seen = read_offset_file(backup)
         assert seen == read_offset_file(ofs) == sej.next_offset(os.path.join(src, journal)), "the same file"
-        kept = sources.kept(0)._kept
-        for key, k in list(kept.items()):  # as KEEP_SECONDS later
-            kept[key] = k._replace(until=0.0)
+        age_kept(sources.kept(0))  # type: ignore[arg-type]
         for seed in (2, 3):
             produce(src, 10, segment_size=BIG, seed=seed)
             copy()

@@ -12,7 +12,6 @@ import os
 import posixpath
 import stat
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
@@ -432,7 +431,7 @@ class SftpSource:
         self._skipped: dict[str, str] = {}
         self.broken = False  # a transport failure: requests may still be in flight, the channel is unusable
         self._keep_max = 0  # files kept open between calls (keep_handles)
-        self._kept: OrderedDict[tuple[str, str], _Kept] = OrderedDict()  # (journal, "jnl", "idx" or "ofs/<reader>")
+        self._kept: dict[tuple[str, str], _Kept] = {}  # (journal, "jnl", "idx" or "ofs/<reader>")
         self._closing_kept: list[bytes] = []  # handles let go, closed with the next requests
 
     def keep_handles(self, most: int = KEEP_HANDLES) -> None:
@@ -591,8 +590,7 @@ class SftpSource:
             try:
                 if known:
                     return known + (yield from self._read_rest(path, kept, pos, 0))
-                got = yield from self._read_rest(path, kept, pos, head, key)
-                return got
+                return (yield from self._read_rest(path, kept, pos, head, key))
             except OSError:  # the server no longer has it: open the path again
                 self._let_go(key, kept)
         (attrs,) = yield from self._lstats(path)
@@ -681,17 +679,13 @@ class SftpSource:
         return attrs[len(paths) :]
 
     def _segments(self, journal: str) -> Op[list[SourceSegment]]:
-        from paramiko.sftp import CMD_HANDLE, CMD_OPENDIR
-
         jdir = self._path(journal, SEGMENT_DIR)
         try:
             yield from self._dirs(journal, SEGMENT_DIR)
         except FileNotFoundError:
             raise SourceError(f"{self.label}:{jdir} does not exist") from None
-        (reply,) = yield [(CMD_OPENDIR, jdir.encode())]
-        handle = expect(reply, CMD_HANDLE).get_binary()
-        entries = yield from self._closing(handle, self._read_dir(handle, jdir))
-        return _valid_segments(entries, jdir)
+        entries = yield from self._list_dir(jdir)
+        return _valid_segments(self._segment_files(entries, jdir), jdir)
 
     def _list_dir(self, path: str) -> Op[list[tuple[str, paramiko.SFTPAttributes]]]:
         """(name, lstat attributes) of every entry of the directory `path` but . and .. (paramiko's listdir_attr)."""
@@ -736,10 +730,10 @@ class SftpSource:
             if ahead > 1:
                 ahead = READDIRS_AHEAD
 
-    def _read_dir(self, handle: bytes, jdir: str) -> Op[list[tuple[str, int]]]:
-        """(name, size) of the segment files of an open jnl/ directory."""
+    def _segment_files(self, entries: list[tuple[str, paramiko.SFTPAttributes]], jdir: str) -> list[tuple[str, int]]:
+        """(name, size) of the segment files among the entries of the jnl/ directory `jdir`."""
         out: list[tuple[str, int]] = []
-        for filename, attrs in (yield from self._read_entries(handle, jdir)):
+        for filename, attrs in entries:
             if parse_segment_name(filename) is None:
                 continue  # quarantine files, index files, anything else
             mode = attrs.st_mode or 0
@@ -754,11 +748,9 @@ class SftpSource:
         """Remove the commit temp files (TEMP_RE) in `ofs` that are STALE_TEMP_AGE older than `final`, the
         offset file just written: killed commits leave them, and the server's clock is the one to compare
         with. Nothing else is touched; the names removed are returned."""
-        from paramiko.sftp import CMD_HANDLE, CMD_OPENDIR, CMD_REMOVE
+        from paramiko.sftp import CMD_REMOVE
 
-        (reply,) = yield [(CMD_OPENDIR, ofs.encode())]
-        handle = expect(reply, CMD_HANDLE).get_binary()
-        entries = yield from self._closing(handle, self._read_entries(handle, ofs))
+        entries = yield from self._list_dir(ofs)
         now = next((a.st_mtime for n, a in entries if n == posixpath.basename(final)), None)
         if now is None:
             return []
@@ -852,7 +844,6 @@ class SftpSource:
         if kept is None:
             return None
         if kept.path == path and time.monotonic() < kept.until:
-            self._kept.move_to_end(key)
             return kept.handle
         if kept.path < path or time.monotonic() >= kept.until:  # the journal has moved on to a later segment
             self._let_go(key, kept.handle)
