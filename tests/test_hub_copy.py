@@ -1161,9 +1161,9 @@ def test_destinations_close_a_journal_whose_copy_failed_and_keep_at_most_their_l
         dests.close()
 
 
-def test_destinations_keep_the_same_journals_open_when_passes_copy_more_than_their_limit(tmp_path, monkeypatch) -> None:
+def test_destinations_stay_at_their_limit_and_are_reused_when_passes_copy_more_journals(tmp_path, monkeypatch) -> None:
     """Passes copy the journals in turn: closing the least recently used to keep the next would keep none of those
-    the next pass copies first. The ones kept stay open, so each pass opens (and recovers) only the others."""
+    the next pass copies first. `limit` stay open, so each pass opens (and recovers) only the others."""
     from sej.hub import CopyState
     from sej.hub import copy as hub_copy
     from sej.hub.copy import Destinations
@@ -1181,16 +1181,16 @@ def test_destinations_keep_the_same_journals_open_when_passes_copy_more_than_the
     monkeypatch.setattr(hub_copy._Destination, "__init__", counting)
     dests, state = Destinations(limit=2), CopyState()
     try:
-        kept = []
         for seed in range(3):
             produce(src, 40, segment_size=100_000, seed=seed)
             opened.clear()
             out = copy_all(lambda: LocalSource(src), hub, "c1", "hub", state=state, destinations=dests)
             assert all(o.error is None for o in out) and all(o.result and o.result.messages for o in out), out
             assert_identical(src, hub)
-            kept.append(sorted(dests._open))
+            assert len(dests) == 2
             assert len(opened) == (len(journals) if seed == 0 else len(journals) - 2), (seed, opened)
-        assert kept[0] == kept[1] == kept[2] and len(kept[0]) == 2
+        # Which 2 may change from pass to pass: copies run at once, and a journal given back while a kept one is
+        # being copied takes its place (the kept one is then closed), so only the count is what stays.
     finally:
         dests.close()
 

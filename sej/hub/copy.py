@@ -382,7 +382,8 @@ class Destinations:
     def give(self, dest: _Destination) -> None:
         """Keep `dest` open if there is room; else close it. None is closed to make room: a pass copies its journals
         in turn, so closing the least recently used would keep none of those the next pass copies first once there
-        are more than `limit`; this way the ones kept stay open, pass after pass."""
+        are more than `limit`; this way `limit` stay open and each pass copies into them without reopening them
+        (which ones may change: a journal given back while a kept one is being copied takes its place)."""
         with self._lock:
             if len(self._open) < self.limit or dest.dir in self._open:
                 self._open[dest.dir] = dest
