@@ -1062,6 +1062,36 @@ def passes_that_remember(
         shutil.rmtree(tmp)
 
 
+def test_the_probe_asks_for_the_next_segment_only_of_journals_that_did_not_grow(tmp_path) -> None:
+    """An unchanged journal costs two lstats (its last segment, and whether the next one exists); a grown one costs
+    one in the probe and one after its copy, for the segment named by the hub's new next offset."""
+    src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
+    produce(src, 40, segment_size=1 << 20)
+    state = CopyState()
+    copy_all(lambda: LocalSource(src), hub, "c1", "hub", state=state)
+    with sej.Writer(os.path.join(src, "p.2.001"), segment_size=1 << 20) as w:
+        w.append(b"more")
+    asked: dict[str, int] = {}
+
+    class Counting:
+        def __init__(self, src: Source) -> None:
+            self.src = src
+
+        def many(self, calls: list) -> list:  # type: ignore[type-arg]
+            for c in calls:
+                if c[0] == "size":
+                    asked[c[1]] = asked.get(c[1], 0) + 1
+            return self.src.many(calls)
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self.src, name)
+
+    out = copy_all(lambda: Counting(LocalSource(src)), hub, "c1", "hub", state=state)  # type: ignore[arg-type,return-value]
+    assert {o.journal: o.result.messages for o in out if o.result} == {f"p.2.00{k}": k == 1 for k in range(4)}
+    assert asked == {f"p.2.00{k}": 2 for k in range(4)}
+    assert_identical(src, hub)
+
+
 def test_sweep_times_go_through_the_state_file_and_leave_with_their_journal(tmp_path) -> None:
     """When each journal's ofs/ was last swept (CopyState.swept) is saved with `sej copy`'s state and loaded back,
     so the next run does not sweep again; a journal gone from the source is forgotten with the rest of its state."""

@@ -6,11 +6,11 @@ round trips, one after the other. A pass here does the same in phases, each phas
 journal at once (Source.many, whose SFTP requests are in flight together):
 
 1. probe: for each journal whose state the last pass left (`CopyState`), the size of the
-   hub's last segment on the source and whether the next segment exists (two lstats). Same
-   size and no next segment: nothing to copy, and nothing else is asked (a writer names its
-   next segment by the offset after the last message of this one, which the hub has). Grown
-   and no next segment: copy that segment without listing the journal, then look for the
-   segment named by the hub's new next offset, and list and copy again if it exists;
+   hub's last segment on the source, then, if it did not grow, whether the next segment exists
+   (two lstats). Same size and no next segment: nothing to copy, and nothing else is asked (a
+   writer names its next segment by the offset after the last message of this one, which the
+   hub has). Grown: copy that segment without listing the journal, then look for the segment
+   named by the hub's new next offset, and list and copy again if it exists;
 2. list the segments of the other journals, and read their hub offsets if unknown;
 3. read the new bytes (with the CHECK_WINDOW bytes before them that copy_journal compares),
    in rounds of about PREFETCH_PER_ROUND bytes, spread over the workers' channels;
@@ -450,7 +450,11 @@ class _Plan:
         worker's own channel, several journals at once, and nothing is read twice.
         """
         assert self.segments is not None
-        have_name, have_size = self.hub_tail = _hub_tail(self.dest_dir)
+        if self.grown and self.tail is not None:  # the hub's last segment as the state has it, its size just checked
+            self.hub_tail = (self.tail.segment, self.tail.size)
+        else:
+            self.hub_tail = _hub_tail(self.dest_dir)
+        have_name, have_size = self.hub_tail
         reads = []
         for seg in self.segments:
             if have_name and seg.name < have_name:
@@ -686,31 +690,32 @@ def commit_pending(make_source: Callable[[], Source], state: CopyState, reader: 
 
 def _probe(lister: Source, plans: list[_Plan], outcomes: dict[str, JournalOutcome]) -> list[_Plan]:
     """Settle the journals whose hub copy is the source's whole last segment (the outcome: nothing
-    copied); the plans left, with the source's segments when the probe tells them."""
-    known = [p for p in plans if p.tail is not None and p.committed == p.tail.next_offset]
-    calls: list[Call] = []
-    for p in known:
-        assert p.tail is not None
-        calls += [("size", p.journal, p.tail.segment), ("size", p.journal, segment_name(p.tail.next_offset))]
-    sizes = lister.many(calls) if calls else []
+    copied); the plans left, with the source's segments when the probe tells them.
+
+    Two steps: the size of every hub's last segment on the source, then, only for those that did not
+    grow, whether the next segment exists. A grown one is copied without that lstat: a writer rolls over
+    after its last message, so the next segment can only follow what it appended (_rolled_over looks
+    for it after the copy, named by the hub's new next offset)."""
+    known = [(p, p.tail) for p in plans if p.tail is not None and p.committed == p.tail.next_offset]
+    sizes = lister.many([("size", p.journal, t.segment) for p, t in known]) if known else []
     work = [p for p in plans if p.tail is None or p.committed != p.tail.next_offset]
-    for k, p in enumerate(known):
-        assert p.tail is not None
-        size, following = sizes[2 * k], sizes[2 * k + 1]
-        if segment_name(p.tail.next_offset) == p.tail.segment:
-            following = None  # the hub's last segment is empty: it is the next one itself
-        if size == p.tail.size and following is None:
-            t = p.tail
+    # A hub's last segment that is empty is the next one itself: nothing after it to look for.
+    ask = [(p, t) for (p, t), size in zip(known, sizes, strict=True)
+           if size == t.size and segment_name(t.next_offset) != t.segment]  # fmt: skip
+    got = lister.many([("size", p.journal, segment_name(t.next_offset)) for p, t in ask]) if ask else []
+    following = {p.journal: g for (p, _t), g in zip(ask, got, strict=True)}
+    for (p, t), size in zip(known, sizes, strict=True):
+        if size == t.size and following.get(p.journal) is None:
             outcomes[p.journal] = JournalOutcome(p.journal, CopyResult(p.journal, p.dest_dir, 0, 0, t.next_offset,
                                                                        t.segment, t.size), None, 0, 0,
                                                  t.next_offset)  # fmt: skip
-        elif isinstance(size, int) and size > p.tail.size and following is None:
+        elif isinstance(size, int) and size > t.size:
             # It grew. The writer may have rolled over since (to a segment named by the offset after
             # this one's last message): copy this one, then _rolled_over looks for that name.
-            p.segments = [SourceSegment(parse_segment_name(p.tail.segment) or 0, p.tail.segment, size)]
+            p.segments = [SourceSegment(parse_segment_name(t.segment) or 0, t.segment, size)]
             p.grown = True
             work.append(p)
-        else:  # rolled over, gone, or an error: list it (copy_journal reports errors as its own)
+        else:  # rolled over, shrunk, gone, or an error: list it (copy_journal reports errors as its own)
             work.append(p)
     return work
 
