@@ -1062,34 +1062,59 @@ def passes_that_remember(
         shutil.rmtree(tmp)
 
 
-def test_the_probe_asks_for_the_next_segment_only_of_journals_that_did_not_grow(tmp_path) -> None:
-    """An unchanged journal costs two lstats (its last segment, and whether the next one exists); a grown one costs
-    one in the probe and one after its copy, for the segment named by the hub's new next offset."""
+class ProbeWatch:
+    """A source that counts the ("size", journal, segment) calls per journal, and runs `after_first_probe` once,
+    right after the first batch of them returns (the pass's probe)."""
+
+    def __init__(self, src: Source, asked: dict[str, int], after_first_probe: Callable[[], None] | None) -> None:
+        self.src, self.asked, self.after = src, asked, after_first_probe
+
+    def many(self, calls: list) -> list:  # type: ignore[type-arg]
+        sizes = [c[1] for c in calls if c[0] == "size"]
+        for j in sizes:
+            self.asked[j] = self.asked.get(j, 0) + 1
+        out = self.src.many(calls)
+        if sizes and self.after is not None:
+            self.after, after = None, self.after
+            after()
+        return out
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.src, name)
+
+
+def test_the_probe_asks_little_of_unchanged_and_grown_journals_and_looks_again_when_writers_are_appending(
+    tmp_path,
+) -> None:
+    """An idle pass costs two lstats per journal (its last segment, and whether the next one exists). In a pass that
+    finds a grown journal, that one costs one in the probe and one after its copy (the segment named by the hub's new
+    next offset), and the journals found unchanged are looked at once more: a writer that appended just after the
+    probe looked at its journal is copied in the same pass, not one pass later."""
     src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
     produce(src, 40, segment_size=1 << 20)
     state = CopyState()
-    copy_all(lambda: LocalSource(src), hub, "c1", "hub", state=state)
-    with sej.Writer(os.path.join(src, "p.2.001"), segment_size=1 << 20) as w:
-        w.append(b"more")
-    asked: dict[str, int] = {}
+    journals = [f"p.2.00{k}" for k in range(4)]
 
-    class Counting:
-        def __init__(self, src: Source) -> None:
-            self.src = src
+    def append(journal: str) -> None:
+        with sej.Writer(os.path.join(src, journal), segment_size=1 << 20) as w:
+            w.append(b"more")
 
-        def many(self, calls: list) -> list:  # type: ignore[type-arg]
-            for c in calls:
-                if c[0] == "size":
-                    asked[c[1]] = asked.get(c[1], 0) + 1
-            return self.src.many(calls)
+    def run(after: Callable[[], None] | None = None) -> tuple[dict[str, int], dict[str, int]]:
+        asked: dict[str, int] = {}
+        out = copy_all(lambda: ProbeWatch(LocalSource(src), asked, after), hub, "c1", "hub", state=state)  # type: ignore[arg-type,return-value]
+        assert all(o.error is None for o in out), [o.error for o in out]
+        assert_identical(src, hub)
+        return asked, {o.journal: o.result.messages for o in out if o.result}
 
-        def __getattr__(self, name: str) -> object:
-            return getattr(self.src, name)
-
-    out = copy_all(lambda: Counting(LocalSource(src)), hub, "c1", "hub", state=state)  # type: ignore[arg-type,return-value]
-    assert {o.journal: o.result.messages for o in out if o.result} == {f"p.2.00{k}": k == 1 for k in range(4)}
-    assert asked == {f"p.2.00{k}": 2 for k in range(4)}
-    assert_identical(src, hub)
+    run()
+    assert run() == ({j: 2 for j in journals}, {j: 0 for j in journals})  # idle
+    append("p.2.001")
+    asked, copied = run()
+    assert copied == {j: int(j == "p.2.001") for j in journals}
+    assert asked == {j: 2 if j == "p.2.001" else 4 for j in journals}
+    append("p.2.001")
+    asked, copied = run(after=lambda: append("p.2.002"))  # p.2.002: appended once the probe has looked at it
+    assert copied == {j: int(j in ("p.2.001", "p.2.002")) for j in journals}
 
 
 def test_sweep_times_go_through_the_state_file_and_leave_with_their_journal(tmp_path) -> None:

@@ -10,7 +10,8 @@ journal at once (Source.many, whose SFTP requests are in flight together):
    (two lstats). Same size and no next segment: nothing to copy, and nothing else is asked (a
    writer names its next segment by the offset after the last message of this one, which the
    hub has). Grown: copy that segment without listing the journal, then look for the segment
-   named by the hub's new next offset, and list and copy again if it exists;
+   named by the hub's new next offset, and list and copy again if it exists. When some grew,
+   the journals found unchanged are probed once more at once (writers are appending);
 2. list the segments of the other journals, and read their hub offsets if unknown;
 3. read the new bytes (with the CHECK_WINDOW bytes before them that copy_journal compares),
    in rounds of about PREFETCH_PER_ROUND bytes, spread over the workers' channels;
@@ -410,21 +411,28 @@ class Prefetched:
 
 
 class _Phases:
-    """Seconds spent in each phase of a pass, for the debug log."""
+    """Seconds spent in each phase of a pass, and the process's CPU seconds meanwhile, for the debug log."""
 
     def __init__(self) -> None:
-        self.seconds: dict[str, float] = {}
+        self.seconds: dict[str, list[float]] = {}
 
     @contextmanager
     def __call__(self, phase: str) -> Iterator[None]:
-        t = time.monotonic()
+        t, cpu = time.monotonic(), _cpu()
         try:
             yield
         finally:
-            self.seconds[phase] = self.seconds.get(phase, 0.0) + time.monotonic() - t
+            took = self.seconds.setdefault(phase, [0.0, 0.0])
+            took[0] += time.monotonic() - t
+            took[1] += _cpu() - cpu
 
     def __str__(self) -> str:
-        return ", ".join(f"{k} {v:.3f}s" for k, v in self.seconds.items())
+        return ", ".join(f"{k} {s:.3f}s (cpu {c:.2f}s)" for k, (s, c) in self.seconds.items())
+
+
+def _cpu() -> float:
+    t = os.times()
+    return t.user + t.system
 
 
 class _Plan:
@@ -564,6 +572,11 @@ def copy_all(
             idle.put(k)
         with took("probe"):
             work = _probe(lister, plans, outcomes)
+            if any(p.grown for p in work):
+                # Writers are appending: one that appended just after the probe looked at its journal would wait for
+                # this pass's copies and the next probe. The journals found unchanged are looked at once more, now.
+                listed = {p.journal for p in work}
+                work += _probe(lister, [p for p in plans if p.journal not in listed], outcomes)
         unchanged = len(plans) - len(work)
         calls_at_most = max(len(work), len(state.pending))  # channels: a pass's copies, or its commits due
         with (ThreadPoolExecutor(max_workers=max(1, min(workers, calls_at_most))) as pool,
