@@ -238,7 +238,9 @@ def bench_hub_scale(cfg: Config, scratch: Path) -> list[Result]:
                                     else run.rsync(dst_sync, fsync=True))  # fmt: skip
                             times.setdefault((n, f"{phase}:{who}"), []).append(took)
                         check_copies(src, names, hub, [dst, dst_sync])
-                times[(n, "idle pass:sej-hub")] = daemon_idle_passes(server, src, scratch, reps)
+                times[(n, "idle pass:sej-hub")], times[(n, "incremental pass:sej-hub")] = daemon_passes(
+                    server, src, scratch, writers, reps
+                )
                 if n == max(series):
                     clients = sftp_clients(server, src, names, 2 * reps + 1)
                 lat[n], *per_round = latency_rounds(server, scratch, src, names, writers, rounds)
@@ -336,26 +338,68 @@ def cpu_seconds() -> float:
     return t.user + t.system
 
 
-def daemon_idle_passes(server: Sshd, src: Path, scratch: Path, reps: int) -> list[float]:
-    """Idle passes as sej-hub makes them (one connection kept open, the last pass's state in memory)."""
+class _Kept:
+    """sej.hub.batch.KeptSources over Sources.kept, as the daemon's."""
+
+    def __init__(self, sources: Any) -> None:
+        self.sources = sources
+
+    def __call__(self, k: int) -> Any:
+        return self.sources.kept(k)
+
+    def forget(self, journals: set[str]) -> None:
+        self.sources.forget(journals)
+
+    def tidy(self) -> None:
+        self.sources.tidy()
+
+
+def daemon_passes(server: Sshd, src: Path, scratch: Path, writers: list[sej.Writer],
+                  reps: int) -> tuple[list[float], list[float]]:  # fmt: skip
+    """Idle and incremental passes as sej-hub makes them: one connection and its kept channels open (each keeping its
+    journals' files open), the hub's journals kept open, the last pass's state in memory. Every changed journal's
+    offset is committed on the producer in the pass, as `sej copy` does (no commit_interval)."""
     from sej.hub import CopyState, copy_all
+    from sej.hub.copy import Destinations, open_journals
+    from sej.hub.location import Sources
     from sej.hub.ssh import connect, resolve, sftp_sources
 
     ep = resolve("127.0.0.1", server.port, server.user, str(server.identity), str(server.known_hosts),
                  ssh_config=os.devnull)  # fmt: skip
     client = connect(ep)
+    sources = Sources("bench", sftp_sources(client, str(src), "bench"), client)
+    destinations = Destinations(open_journals())
     try:
-        hub = fresh(scratch / "scale-idle-hub")
+        hub = fresh(scratch / "scale-daemon-hub")
         state = CopyState()
-        copy_all(sftp_sources(client, str(src), "bench"), str(hub), "c", "bench", workers=WORKERS, state=state)
-        out = []
-        for _ in range(reps):
+
+        def one_pass() -> float:
             t = time.perf_counter()
-            copy_all(sftp_sources(client, str(src), "bench"), str(hub), "c", "bench", workers=WORKERS, state=state)
-            out.append(time.perf_counter() - t)
-        return out
+            out = copy_all(sources, str(hub), "c", "bench", workers=WORKERS, state=state, destinations=destinations,
+                           kept=_Kept(sources))  # fmt: skip
+            took = time.perf_counter() - t
+            if any(o.error is not None for o in out):
+                raise RuntimeError(f"a daemon pass failed: {[o.error for o in out if o.error is not None][:3]}")
+            return took
+
+        one_pass()
+        one_pass()  # the kept channels open their journals' files
+        idle, incremental = [], []
+        for _ in range(reps):
+            os.sync()
+            idle.append(one_pass())
+            for w in writers:  # live writers: one new message in every journal
+                w.append(VALUE, key=KEY)
+                w.flush()
+            os.sync()
+            incremental.append(one_pass())
+            for w in writers:
+                if sej.next_offset(str(hub / f"c.{os.path.basename(w.dir)}")) != w.next_offset:
+                    raise RuntimeError(f"the daemon's pass left {w.dir} behind")
+        return idle, incremental
     finally:
-        client.close()
+        destinations.close()
+        sources.close()
 
 
 def _result(series: tuple[int, ...], reps: int, rounds: int, times: dict[tuple[int, str], list[float]],
@@ -389,6 +433,16 @@ def _result(series: tuple[int, ...], reps: int, rounds: int, times: dict[tuple[i
             ratio(idle_rsync / daemon),
             f"< {IDLE_TARGET:g} s" if n == big else "—",
             verdict(daemon < IDLE_TARGET) if n == big else "info",
+        ))  # fmt: skip
+        daemon_inc, rsync_inc = med[(n, "incremental pass:sej-hub")], med[(n, "incremental:rsync")]
+        rows.append(Row(
+            f"{n:,} journals: incremental pass, as `sej-hub` makes it, every offset committed, vs `rsync -a --append` "
+            f"(`--fsync`: {med[(n, 'incremental:rsync --fsync')]:.2f} s)",
+            f"{daemon_inc:.3f} s",
+            f"{rsync_inc:.2f} s",
+            ratio(rsync_inc / daemon_inc),
+            "—",
+            "info",
         ))  # fmt: skip
         ls = sorted(lat[n])
         p50, p99 = percentile(ls, 0.5), percentile(ls, 0.99)
@@ -443,8 +497,13 @@ def _result(series: tuple[int, ...], reps: int, rounds: int, times: dict[tuple[i
             "the disk, here the producer's files; else an fsync each) and then commits its offset on the producer "
             "(written, fsynced and renamed over SFTP); rsync copies bytes and, without `--fsync`, fsyncs nothing.",
             "Passes: initial (empty destinations), idle (nothing new), incremental (the live writers appended one "
-            "message to every journal). After each pass every copy is checked against the source. The idle row "
-            "also times the pass as `sej-hub` makes it: its connection open and the last pass's state in memory.",
+            "message to every journal). After each pass every copy is checked against the source. The idle row, "
+            "and a row of its own for the incremental pass, also time the pass as `sej-hub` makes it: its "
+            "connection and kept channels open (each keeping its journals' files open), the hub's journals open, the "
+            "last pass's state in memory; with every changed journal's offset committed in the pass, as `sej copy` "
+            "does (the daemon's commit_interval would defer them). Those passes run after the `sej copy` and rsync "
+            "runs, into a hub copy of their own, with one message appended to every journal before each incremental "
+            "one, as before theirs.",
             "SFTP clients: the two workloads of a pass over the largest root, every request in flight at once on one "
             "channel, over one connection each: the hub's pipeline (`sej.hub.pipeline` over paramiko's channel, "
             "with the same type checks the hub makes) and asyncssh (`asyncio.gather` of its SFTP client's calls). "
