@@ -98,6 +98,7 @@ class _Destination:
         self.sums_unsynced = False  # the checksums' bytes may not be durable (an fsync of the segment leaves them)
         self.names_unsynced = False  # a segment was created without the fsyncs of its directories (SyncBatch)
         self.sums_mark: SumsMark | None = None  # of the last segment, set by the copy that read its checksums
+        self._held: tuple[object, tuple[int, int], tuple[int, int]] | None = None  # still_current's: file, inodes
         try:
             listed = list_segments(dir)
             if listed:
@@ -228,12 +229,15 @@ class _Destination:
         if self.seg is None:
             return False
         try:
-            seg, lock = os.fstat(self.seg.fd), os.fstat(self.lock.fileno())
-            for held, path in ((seg, segment_path(self.dir, self.seg.first)), (lock, writer_lock_path(self.dir))):
-                there = os.stat(path, follow_symlinks=False)
-                if (held.st_dev, held.st_ino) != (there.st_dev, there.st_ino):
-                    return False
-            return seg.st_size == self.seg.size
+            held = self._held
+            if held is None or held[0] is not self.seg.file:  # an open file's inode never changes: fstat'ed once
+                seg, lock = os.fstat(self.seg.fd), os.fstat(self.lock.fileno())
+                held = self._held = (self.seg.file, (seg.st_dev, seg.st_ino), (lock.st_dev, lock.st_ino))
+            there = os.stat(segment_path(self.dir, self.seg.first), follow_symlinks=False)
+            if (there.st_dev, there.st_ino) != held[1] or there.st_size != self.seg.size:  # same inode: its size
+                return False
+            there = os.stat(writer_lock_path(self.dir), follow_symlinks=False)
+            return (there.st_dev, there.st_ino) == held[2]
         except OSError:
             return False
 
