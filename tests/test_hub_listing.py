@@ -92,12 +92,16 @@ def test_a_settled_listing_is_reused_and_every_change_to_the_root_is_seen_at_the
         before = len(listings)
         look(root, source)
         assert len(listings) == before
-    # Changes right after a look, in the same second as one another: each seen at the next look.
+    # Changes right after a look, each seen at the next look; those after the first in the same second as it (the
+    # root's mtime put back to that second's, as a change later in the same second leaves it).
     journal(root, "p.2.002")
     look(root, source)
+    st = os.stat(root)
     shutil.rmtree(root / "p.2.000")
+    os.utime(root, ns=(st.st_atime_ns, st.st_mtime_ns))
     look(root, source)
     os.rename(root / "p.2.001", root / "p.2.003")
+    os.utime(root, ns=(st.st_atime_ns, st.st_mtime_ns))
     look(root, source)
     settle(root, source, listings)
     (root / "p.2.003").rename(root / "p.2.000")
@@ -138,6 +142,81 @@ def test_a_root_whose_mtime_hides_a_change_is_listed_again_within_the_max_age(
     while source.journals() != ["p.1.000", "p.1.001"]:
         assert time.monotonic() < deadline, "the hidden journal was never found"
         time.sleep(POLL)
+
+
+def test_a_journal_that_loses_its_jnl_fails_one_pass_at_most_then_the_root_is_listed_again(
+    sshd,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
+) -> None:
+    """A journal's jnl/ removed or replaced by a file leaves the root's mtime as it was; the pass that finds the
+    journal failing forgets it, and with it the listing: the next pass lists the root and says why it skips it."""
+    from sej.hub import CopyState, copy_all
+    from sej.hub.location import Sources
+
+    from .test_hub_kept import Keeper
+
+    root, hub = tmp_path / "src", tmp_path / "hub"
+    for name in ("p.2.000", "p.2.001", "p.2.002"):
+        journal(root, name)
+    client = connect_to(sshd)
+    sources, state = Sources("test", sftp_sources(client, str(root), "test"), client), CopyState()
+    try:
+
+        def one_pass() -> dict[str, object]:
+            out = copy_all(sources, str(hub), "c1", "hub", state=state, kept=Keeper(sources))
+            return {o.journal: o.error for o in out}
+
+        deadline = time.monotonic() + scaled(10) + hub_source.LISTING_SETTLED
+        while True:  # until the listing is reused
+            lister = sources.kept(4)
+            before = lister._listing  # type: ignore[attr-defined]
+            assert set(one_pass()) == {"p.2.000", "p.2.001", "p.2.002"}
+            if before is not None and lister._listing is before:  # type: ignore[attr-defined]
+                break
+            assert time.monotonic() < deadline, "the root listing was never reused"
+            time.sleep(POLL)
+        st = os.stat(root)
+        shutil.rmtree(root / "p.2.001" / "jnl")
+        (root / "p.2.002" / "jnl").rename(root / "p.2.002" / "old")
+        (root / "p.2.002" / "jnl").write_bytes(b"")
+        os.utime(root, ns=(st.st_atime_ns, st.st_mtime_ns))
+        failed = {j for j, e in one_pass().items() if e is not None}
+        assert failed <= {"p.2.001", "p.2.002"}
+        assert one_pass() == {"p.2.000": None}
+        assert lister.skipped() == {"p.2.002": "its jnl is a regular file, not a directory"}
+    finally:
+        sources.close()
+
+
+def test_a_root_symlink_pointed_at_another_directory_of_the_same_mtime_is_listed_again(
+    sshd,
+    tmp_path: Path,
+    listings: list[str],  # type: ignore[no-untyped-def]
+) -> None:
+    """A configured root that is a symlink, pointed elsewhere: the target's mtime may be the old one's (made in the
+    same second, or copied with its times), so where the root leads is compared too."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d in (a, b):
+        d.mkdir()
+    journal(a, "p.1.000")
+    journal(b, "p.1.000")
+    journal(b, "p.1.001")
+    link = tmp_path / "root"
+    link.symlink_to(a)
+    st = os.stat(a)
+    os.utime(b, ns=(st.st_atime_ns, st.st_mtime_ns))
+    client = connect_to(sshd)
+    source = sftp_sources(client, str(link), "test")()
+    try:
+        settle(link, source, listings)
+        tmp = tmp_path / "root.new"
+        tmp.symlink_to(b)
+        os.replace(tmp, link)
+        look(link, source)
+        assert source.journals() == ["p.1.000", "p.1.001"]
+    finally:
+        source.close()
+        client.close()
 
 
 OPS = st.sampled_from(["journal", "shard", "jnl", "jnl-file", "remove", "rename", "settle"])

@@ -64,6 +64,10 @@ SYNCFS_FROM = 16
 """Journals in a round from which their copies are made durable by one syncfs (SyncBatch), not an fsync each:
 fewer are fsynced each, so that a small pass does not write back everything else dirty on the hub's disk."""
 
+PROBE_TOGETHER_RTT = 0.005
+"""Seconds of a source's round trip (SftpSource.round_trip) from which the probe asks a journal's two lstats at once
+instead of in two steps: on loopback the lstats it saves cost more than a round trip, far away less."""
+
 PREFETCH_PER_ROUND = 64 << 20
 """Bytes read ahead for all journals at once: a pass handles its journals in rounds of about this much."""
 
@@ -708,28 +712,38 @@ def _probe(lister: Source, plans: list[_Plan], outcomes: dict[str, JournalOutcom
     Two steps: the size of every hub's last segment on the source, then, only for those that did not
     grow, whether the next segment exists. A grown one is copied without that lstat: a writer rolls over
     after its last message, so the next segment can only follow what it appended (_rolled_over looks
-    for it after the copy, named by the hub's new next offset)."""
+    for it after the copy, named by the hub's new next offset). Over a source whose round trip takes
+    PROBE_TOGETHER_RTT or more, both lstats of every journal go at once (one round trip)."""
     known = [(p, p.tail) for p in plans if p.tail is not None and p.committed == p.tail.next_offset]
-    sizes = lister.many([("size", p.journal, t.segment) for p, t in known]) if known else []
-    work = [p for p in plans if p.tail is None or p.committed != p.tail.next_offset]
+    # Far away, a round trip costs more than the lstats saved: both at once then, as one step.
+    together = getattr(lister, "round_trip", 0.0) >= PROBE_TOGETHER_RTT
+    calls: list[Call] = [("size", p.journal, t.segment) for p, t in known]
     # A hub's last segment that is empty is the next one itself: nothing after it to look for.
-    ask = [(p, t) for (p, t), size in zip(known, sizes, strict=True)
-           if size == t.size and segment_name(t.next_offset) != t.segment]  # fmt: skip
-    got = lister.many([("size", p.journal, segment_name(t.next_offset)) for p, t in ask]) if ask else []
-    following = {p.journal: g for (p, _t), g in zip(ask, got, strict=True)}
+    nexts = [(p, t) for p, t in known if segment_name(t.next_offset) != t.segment]
+    if together:
+        calls += [("size", p.journal, segment_name(t.next_offset)) for p, t in nexts]
+    got = lister.many(calls) if calls else []
+    sizes, following = got[: len(known)], dict(zip((p.journal for p, _t in nexts), got[len(known) :], strict=False))
+    if not together:
+        ask = [(p, t) for (p, t), size in zip(known, sizes, strict=True)
+               if size == t.size and segment_name(t.next_offset) != t.segment]  # fmt: skip
+        got = lister.many([("size", p.journal, segment_name(t.next_offset)) for p, t in ask]) if ask else []
+        following = {p.journal: g for (p, _t), g in zip(ask, got, strict=True)}
+    work = [p for p in plans if p.tail is None or p.committed != p.tail.next_offset]
     for (p, t), size in zip(known, sizes, strict=True):
         if size == t.size and following.get(p.journal) is None:
             outcomes[p.journal] = JournalOutcome(p.journal, CopyResult(p.journal, p.dest_dir, 0, 0, t.next_offset,
                                                                        t.segment, t.size), None, 0, 0,
                                                  t.next_offset)  # fmt: skip
-        elif isinstance(size, int) and size > t.size:
+            continue
+        outcomes.pop(p.journal, None)  # found unchanged by a first probe, it is not (see copy_all)
+        if isinstance(size, int) and size > t.size and following.get(p.journal) is None:
             # It grew. The writer may have rolled over since (to a segment named by the offset after
             # this one's last message): copy this one, then _rolled_over looks for that name.
             p.segments = [SourceSegment(parse_segment_name(t.segment) or 0, t.segment, size)]
             p.grown = True
-            work.append(p)
-        else:  # rolled over, shrunk, gone, or an error: list it (copy_journal reports errors as its own)
-            work.append(p)
+        # Else rolled over, shrunk, gone, or an error: listed (copy_journal reports errors as its own).
+        work.append(p)
     return work
 
 

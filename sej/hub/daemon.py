@@ -1,8 +1,9 @@
 """The hub daemon: copy every configured producer's journals, pass after pass.
 
 `Hub(config).run_once()` makes one pass: for every client at once (a thread
-each), connect (SSH, or nothing for a local root), list the client's journals
-(so new shards are found on every pass) and copy what the hub lacks with
+each), connect (SSH, or nothing for a local root), look at the client's root
+(so new shards are found on the next pass; a kept SFTP channel lists it again
+only when it changed, see SftpSource.journals) and copy what the hub lacks with
 `sej.hub.copy.copy_all`. A client that fails is logged and reported; the others
 go on. `run_forever(stop)` repeats the pass for each client every
 `poll_interval` seconds, keeps its SSH connection open between passes, and after
@@ -482,7 +483,7 @@ class _Client:
             self.status.progress(self.cfg.client_id)
 
     def _tell_skip(self, name: str, why: str) -> None:
-        """Warn once per directory of the client's root that is not a journal (every pass lists them)."""
+        """Warn once per directory of the client's root that is not a journal (every pass reports them)."""
         if name not in self.skips_told:
             self.skips_told.add(name)
             self.log.warning("client %s: skipping %r under %s: %s", self.cfg.client_id, name, self.label, why)

@@ -221,7 +221,7 @@ STUCK_SHOWN = 3
 MAX_SHOWN = 300
 """Bytes of such a path shown at most."""
 
-_NAMES_A_PATH = frozenset((3, 7, 11, 17))  # SSH_FXP_OPEN, LSTAT, OPENDIR, STAT: their first argument is a path
+_NAMES_A_PATH = frozenset((3, 7, 11, 16, 17))  # SSH_FXP_OPEN, LSTAT, OPENDIR, REALPATH, STAT: a path first
 
 
 class SFTPStreamError(OSError):

@@ -104,7 +104,7 @@ system that keeps a directory's mtime)."""
 class _Listing(NamedTuple):
     """A root's listing, kept for the next passes (SftpSource.journals)."""
 
-    mtime: int  # the root's, before the listing
+    root: tuple[int, str]  # the root's mtime before the listing, and where it leads (its realpath)
     at: float  # time.monotonic() when it was asked
     names: list[str]
     skipped: dict[str, str]
@@ -451,7 +451,9 @@ class SftpSource:
         self._pipe = Pipeline(sftp)
         root = posixpath.normpath(root)
         try:  # in one round trip: whether the root is a journal, and how many files the server may open
+            started = time.monotonic()
             jnl, limit = self._pipe.run([self._lstats(posixpath.join(root, SEGMENT_DIR)), self._handle_limit()])
+            self.round_trip = time.monotonic() - started  # seconds, as first measured (sej.hub.batch's probe)
         except self._errors as e:
             raise SourceError(f"{label}:{root}: {self._why(e)}") from None
         if isinstance(jnl, BaseException):  # the server's answer (no permission)
@@ -464,7 +466,7 @@ class SftpSource:
         self._only: list[str] | None = [check_journal_name(posixpath.basename(root))] if is_journal else None
         self._skipped: dict[str, str] = {}
         self._listing: _Listing | None = None  # the root's last listing (journals())
-        self._root_mtime: tuple[int | None, float] = (None, 0.0)  # the root's mtime, and when first seen
+        self._root_seen: tuple[tuple[int, str] | None, float] = (None, 0.0)  # (mtime, realpath), and when first seen
         self.broken = False  # a transport failure: requests may still be in flight, the channel is unusable
         self._keep_max = 0  # files kept open between calls (keep_handles)
         self._kept: dict[tuple[str, str], _Kept] = {}  # (journal, "jnl", "idx" or "ofs/<reader>")
@@ -483,7 +485,11 @@ class SftpSource:
             self._pipe.max_ops = max(1, min(MAX_OPS, (limit - self._keep_max) // 2))
 
     def forget(self, journals: set[str] | None = None) -> None:
-        """Let go of the files kept open for `journals` (all, without): closed with the next requests."""
+        """Let go of the files kept open for `journals` (all, without): closed with the next requests. The root
+        is listed afresh by the next `journals()` (a journal gone or failed may no longer be one: its jnl/ removed
+        or replaced, which leaves the root's mtime as it was)."""
+        if journals is None or journals:
+            self._listing = None
         for key in [k for k in self._kept if journals is None or k[0] in journals]:
             self._closing_kept.append(self._kept.pop(key).handle)
 
@@ -497,9 +503,10 @@ class SftpSource:
             self._call(self._close_let_go(), self.root)
 
     def journals(self) -> list[str]:
-        """The journals under the root. The last listing is reused while the root's mtime has not changed since
-        it settled (LISTING_SETTLED, at most LISTING_MAX_AGE) and the jnl/ of no shard directory that was not a
-        journal has changed: a pass over 1,000 unchanged journals then costs no listing and no 1,000 lstats."""
+        """The journals under the root. The last listing is reused while the root's mtime (and where it leads) has
+        not changed since it settled (LISTING_SETTLED, at most LISTING_MAX_AGE), the jnl/ of no shard directory
+        that was not a journal has changed, and no journal was forgotten since (a failed one may have lost its
+        jnl/): a pass over 1,000 unchanged journals then costs no listing and no 1,000 lstats."""
         self._skipped = {}
         if self._only is not None:
             return list(self._only)
@@ -508,17 +515,20 @@ class SftpSource:
         waiting = sorted(last.jnl) if last is not None else []  # shard directories without a jnl/ directory
         paths = [posixpath.join(self.root, d, SEGMENT_DIR) for d in waiting]
         try:
-            root, *more = self._pipe.run([self._stat(self.root), *([self._lstats(*paths)] if paths else [])])
+            # The root may be a symlink: where it leads is asked too (a symlink pointed elsewhere, at a directory of
+            # the same mtime, is a change its target's mtime does not show).
+            root, real, *more = self._pipe.run([self._stat(self.root), self._realpath(self.root),
+                                                *([self._lstats(*paths)] if paths else [])])  # fmt: skip
         except self._errors as e:  # the channel failed
             self.broken = True
             raise SourceError(f"{self.label}:{self.root}: {self._why(e)}") from None
         if isinstance(root, BaseException):  # the server's answer (no such directory, no permission)
             raise SourceError(f"{self.label}:{self.root}: {root}")
-        mtime = root.st_mtime
-        if mtime != self._root_mtime[0]:
-            self._root_mtime = (mtime, time.monotonic())  # the server's clock has reached mtime by now
-        settled = self._root_mtime[1] + LISTING_SETTLED  # a listing asked from then on shows every change at mtime
-        if (last is not None and mtime is not None and last.mtime == mtime and settled <= last.at
+        seen = (root.st_mtime, real) if root.st_mtime is not None and isinstance(real, str) else None
+        if seen != self._root_seen[0]:
+            self._root_seen = (seen, time.monotonic())  # the server's clock has reached that mtime by now
+        settled = self._root_seen[1] + LISTING_SETTLED  # a listing asked from then on shows every change then
+        if (last is not None and seen is not None and last.root == seen and settled <= last.at
                 and asked - last.at < LISTING_MAX_AGE and _same_modes(waiting, more, last.jnl)):  # fmt: skip
             self._skipped = dict(last.skipped)
             return list(last.names)
@@ -550,8 +560,8 @@ class SftpSource:
             elif why is not None:
                 self._skipped[entry.filename] = why
         names.sort()
-        if mtime is not None:
-            self._listing = _Listing(mtime, at, names, dict(self._skipped),
+        if seen is not None:
+            self._listing = _Listing(seen, at, names, dict(self._skipped),
                                      {d: m for d, m in jnl.items() if d not in set(names)})  # fmt: skip
         return list(names)
 
@@ -716,6 +726,16 @@ class SftpSource:
 
         (reply,) = yield [(CMD_STAT, path.encode())]
         return SFTPAttributes._from_msg(expect(reply, CMD_ATTRS))
+
+    def _realpath(self, path: str) -> Op[str]:
+        """The server's canonical form of `path` (SSH_FXP_REALPATH: symlinks resolved)."""
+        from paramiko.sftp import CMD_NAME, CMD_REALPATH
+
+        (reply,) = yield [(CMD_REALPATH, path.encode())]
+        msg = expect(reply, CMD_NAME)
+        if msg.get_int() != 1:
+            raise OSError(f"a REALPATH of {path} named no single path")
+        return str(msg.get_text())
 
     def _lstats(self, *paths: str) -> Op[list[paramiko.SFTPAttributes | None]]:
         """lstat of each path at once; None for a missing one."""
