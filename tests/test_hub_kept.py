@@ -17,6 +17,7 @@ import sej
 from sej.hub import CopyState, copy_all
 from sej.hub import location as hub_location
 from sej.hub import source as hub_source
+from sej.hub.location import KeptOf as Keeper
 from sej.hub.location import Sources
 from sej.hub.source import SftpSource, SourceError
 from sej.hub.ssh import sftp_sources
@@ -31,22 +32,6 @@ if TYPE_CHECKING:
     import paramiko
 
 BIG = 1 << 20  # segment size: one segment per journal
-
-
-class Keeper:
-    """sej.hub.batch.KeptSources over Sources, as the daemon's (without its watchdog)."""
-
-    def __init__(self, sources: Sources) -> None:
-        self.sources = sources
-
-    def __call__(self, k: int) -> SftpSource:
-        return self.sources.kept(k)  # type: ignore[return-value]
-
-    def forget(self, journals: set[str]) -> None:
-        self.sources.forget(journals)
-
-    def tidy(self) -> None:
-        self.sources.tidy()
 
 
 def counting_sources(client, src: str) -> tuple[Sources, list[SftpSource]]:  # type: ignore[no-untyped-def]

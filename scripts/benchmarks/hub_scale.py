@@ -338,22 +338,6 @@ def cpu_seconds() -> float:
     return t.user + t.system
 
 
-class _Kept:
-    """sej.hub.batch.KeptSources over Sources.kept, as the daemon's."""
-
-    def __init__(self, sources: Any) -> None:
-        self.sources = sources
-
-    def __call__(self, k: int) -> Any:
-        return self.sources.kept(k)
-
-    def forget(self, journals: set[str]) -> None:
-        self.sources.forget(journals)
-
-    def tidy(self) -> None:
-        self.sources.tidy()
-
-
 def daemon_passes(server: Sshd, src: Path, scratch: Path, writers: list[sej.Writer],
                   reps: int) -> tuple[list[float], list[float]]:  # fmt: skip
     """Idle and incremental passes as sej-hub makes them: one connection and its kept channels open (each keeping its
@@ -361,7 +345,7 @@ def daemon_passes(server: Sshd, src: Path, scratch: Path, writers: list[sej.Writ
     offset is committed on the producer in the pass, as `sej copy` does (no commit_interval)."""
     from sej.hub import CopyState, copy_all
     from sej.hub.copy import Destinations, open_journals
-    from sej.hub.location import Sources
+    from sej.hub.location import KeptOf, Sources
     from sej.hub.ssh import connect, resolve, sftp_sources
 
     ep = resolve("127.0.0.1", server.port, server.user, str(server.identity), str(server.known_hosts),
@@ -376,7 +360,7 @@ def daemon_passes(server: Sshd, src: Path, scratch: Path, writers: list[sej.Writ
         def one_pass() -> float:
             t = time.perf_counter()
             out = copy_all(sources, str(hub), "c", "bench", workers=WORKERS, state=state, destinations=destinations,
-                           kept=_Kept(sources))  # fmt: skip
+                           kept=KeptOf(sources))  # fmt: skip
             took = time.perf_counter() - t
             if any(o.error is not None for o in out):
                 raise RuntimeError(f"a daemon pass failed: {[o.error for o in out if o.error is not None][:3]}")

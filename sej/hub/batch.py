@@ -717,18 +717,18 @@ def _probe(lister: Source, plans: list[_Plan], outcomes: dict[str, JournalOutcom
     known = [(p, p.tail) for p in plans if p.tail is not None and p.committed == p.tail.next_offset]
     # Far away, a round trip costs more than the lstats saved: both at once then, as one step.
     together = getattr(lister, "round_trip", 0.0) >= PROBE_TOGETHER_RTT
-    calls: list[Call] = [("size", p.journal, t.segment) for p, t in known]
     # A hub's last segment that is empty is the next one itself: nothing after it to look for.
     nexts = [(p, t) for p, t in known if segment_name(t.next_offset) != t.segment]
+    calls: list[Call] = [("size", p.journal, t.segment) for p, t in known]
     if together:
         calls += [("size", p.journal, segment_name(t.next_offset)) for p, t in nexts]
     got = lister.many(calls) if calls else []
-    sizes, following = got[: len(known)], dict(zip((p.journal for p, _t in nexts), got[len(known) :], strict=False))
-    if not together:
-        ask = [(p, t) for (p, t), size in zip(known, sizes, strict=True)
-               if size == t.size and segment_name(t.next_offset) != t.segment]  # fmt: skip
-        got = lister.many([("size", p.journal, segment_name(t.next_offset)) for p, t in ask]) if ask else []
-        following = {p.journal: g for (p, _t), g in zip(ask, got, strict=True)}
+    sizes, ahead = got[: len(known)], got[len(known) :]
+    if not together:  # only the segments that did not grow are asked for a successor
+        same = {p.journal for (p, t), size in zip(known, sizes, strict=True) if size == t.size}
+        nexts = [(p, t) for p, t in nexts if p.journal in same]
+        ahead = lister.many([("size", p.journal, segment_name(t.next_offset)) for p, t in nexts]) if nexts else []
+    following = {p.journal: g for (p, _t), g in zip(nexts, ahead, strict=True)}
     work = [p for p in plans if p.tail is None or p.committed != p.tail.next_offset]
     for (p, t), size in zip(known, sizes, strict=True):
         if size == t.size and following.get(p.journal) is None:

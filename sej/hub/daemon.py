@@ -43,7 +43,7 @@ from ..lock import lock_file
 from .batch import CopyState, JournalOutcome, commit_pending, copy_all
 from .config import ClientConfig, HubConfig
 from .copy import CopyError, Destinations, open_journals
-from .location import Sources, open_sources, transport_errors
+from .location import KeptOf, Sources, open_sources, transport_errors
 from .source import CONNECT_TIMEOUT, IO_TIMEOUT, Call, Source, SourceError, SourceSegment
 from .status import JournalPass, StatusBook
 
@@ -273,19 +273,16 @@ class _Watched:
             self.src.close()
 
 
-class _Kept:
+class _Kept(KeptOf):
     """The connection's kept sources (sej.hub.batch.KeptSources), watched."""
 
     def __init__(self, sources: Sources, client: _Client) -> None:
-        self.sources = sources
+        super().__init__(sources)
         self.client = client
 
     def __call__(self, k: int) -> Source:
         with self.client.call():  # opening a channel is a call to the producer
             return _Watched(self.sources.kept(k), self.client)
-
-    def forget(self, journals: set[str]) -> None:
-        self.sources.forget(journals)
 
     def tidy(self) -> None:
         with self.client.call():

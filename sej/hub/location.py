@@ -193,6 +193,23 @@ class Sources:
         self.close()
 
 
+class KeptOf:
+    """The sources a Sources keeps between passes (Sources.kept), as copy_all's `kept` (sej.hub.batch.KeptSources).
+    The daemon's adds its watchdog."""
+
+    def __init__(self, sources: Sources) -> None:
+        self.sources = sources
+
+    def __call__(self, k: int) -> Source:
+        return self.sources.kept(k)
+
+    def forget(self, journals: set[str]) -> None:
+        self.sources.forget(journals)
+
+    def tidy(self) -> None:
+        self.sources.tidy()
+
+
 def open_sources(
     origin: Origin, *, connect_timeout: float = CONNECT_TIMEOUT, io_timeout: float = IO_TIMEOUT,
     client_id: str | None = None,

@@ -559,11 +559,12 @@ class SftpSource:
                 names.append(name)
             elif why is not None:
                 self._skipped[entry.filename] = why
-        names.sort()
         if seen is not None:
-            self._listing = _Listing(seen, at, names, dict(self._skipped),
-                                     {d: m for d, m in jnl.items() if d not in set(names)})  # fmt: skip
-        return list(names)
+            journals = set(names)
+            self._listing = _Listing(seen, at, sorted(names), dict(self._skipped),
+                                     {d: m for d, m in jnl.items() if d not in journals})  # fmt: skip
+            return list(self._listing.names)
+        return sorted(names)
 
     def skipped(self) -> dict[str, str]:
         """Directories the last `journals()` found under the root that are not journals, and why."""
