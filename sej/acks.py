@@ -9,17 +9,29 @@ appended before it started, however many producers wait: the number of
 messages per fsync grows with concurrency, not with threads.
 
 Callbacks (`on_delivery`) and a Future's done-callbacks run on the committer
-thread; `Writer.append_async` hands the result to the caller's event loop.
+thread.
+
+`Writer.append_async` and `append_many_async` need no thread where Linux native AIO
+is available (sej.aio): `LoopAcks` lets the event loop itself hand the bytes to the OS
+and start one fdatasync in the kernel, and resolves the futures it covered when the
+kernel signals it. Elsewhere they go through the committer thread, which hands the
+results to the loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno as _errno
+import os
 import threading
 import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
+
+from .aio import AioSync
+from .commit import describe
+from .errors import SyncError
 
 if TYPE_CHECKING:
     from .writer import Writer
@@ -105,6 +117,151 @@ class Acks:
             self._thread.join()
 
 
+class LoopAcks:
+    """The asyncio acknowledgements of one writer on one event loop, made durable by the loop.
+
+    `pending` ((future, result) pairs) is appended to under the writer's lock, the
+    message's bytes already in the writer's buffer. `busy` is set, also under that lock,
+    while a `kick` is scheduled or an fsync is in flight: one fsync at a time, each
+    covering every message appended before it started (more in flight measured slower:
+    concurrent fsyncs of one file mostly queue behind each other). When it finishes,
+    the next one starts before the finished one's futures are resolved, so the woken
+    producers run while the disk works.
+    """
+
+    __slots__ = ("loop", "pending", "busy", "fsyncs", "_aio", "_ref", "_inflight", "_token", "__weakref__")
+
+    def __init__(self, writer: Writer, loop: asyncio.AbstractEventLoop, aio: AioSync) -> None:
+        self.loop = loop
+        self.pending: list[tuple[asyncio.Future[Any], Any]] = []
+        self.busy = False
+        self.fsyncs = 0  # fsyncs that resolved futures (for benchmarks: messages per fsync)
+        self._aio = aio
+        self._ref = weakref.ref(writer)  # the loop must not keep an unclosed writer alive
+        self._inflight: dict[int, tuple[int, int, list[tuple[asyncio.Future[Any], Any]]]] = {}  # token -> ...
+        self._token = 0
+        loop.add_reader(aio.fileno(), self._finished)
+
+    @property
+    def idle(self) -> bool:
+        """Nothing pending or in flight (holds the writer's lock)."""
+        return not self.pending and not self._inflight
+
+    def kick(self) -> None:
+        """On the loop: hand the pending messages to the OS and start their fsync."""
+        w = self._ref()
+        if w is None:
+            return
+        fallback: list[tuple[asyncio.Future[Any], Any]] = []
+        ready: list[tuple[asyncio.Future[Any], Any]] = []
+        error: BaseException | None = None
+        with w._lock:
+            batch, self.pending = self.pending, []
+            if not batch or w._buf is None:  # nothing, or closed: close() resolved them
+                self.busy = False
+                return
+            try:
+                w._spill()
+                ticket = w._written
+                commit = w._commit
+                if commit.failed is not None:
+                    raise commit.failed
+                if commit.durable >= ticket:  # another thread's fsync covered them already
+                    ready = batch
+                    self.busy = False
+                else:
+                    fd = w._fd
+                    self._token += 1
+                    try:
+                        self._aio.submit(fd, self._token)
+                    except OSError:  # refused (a seccomp filter, EAGAIN): this writer fsyncs in a thread
+                        w._no_aio = True
+                        w._drop_loop_acks(self)
+                        fallback = batch
+                    else:
+                        self._inflight[self._token] = (ticket, fd, batch)
+            except BaseException as e:  # lock lost, disk full, an earlier fsync failed
+                error = e
+                self.busy = False
+            if fallback:
+                acks = w._acks or w._start_acks()
+                for fut, result in fallback:
+                    acks.add_async(result, self.loop, fut)
+        if error is not None:
+            _settle(batch, error)
+        elif ready:
+            _settle_here(ready)
+
+    def _finished(self) -> None:
+        """On the loop, when the eventfd fires: record what the finished fsyncs made durable, start the
+        next, then resolve their futures."""
+        done = self._aio.reap()
+        w = self._ref()
+        if w is None:
+            return
+        settled: list[tuple[list[tuple[asyncio.Future[Any], Any]], BaseException | None]] = []
+        for token, err in done:
+            item = self._inflight.pop(token, None)
+            if item is None:  # close() took it over
+                continue
+            ticket, fd, batch = item
+            self.fsyncs += 1
+            if err:
+                cause = OSError(err, os.strerror(err) if err != _errno.ECANCELED else "fsync cancelled")
+                failure = SyncError(f"fsync of {describe(fd)} failed: {cause}")
+                failure.__cause__ = cause
+                w._commit.fail(failure)
+                settled.append((batch, failure))
+            else:
+                w._commit.advance(ticket)
+                settled.append((batch, None))
+        if settled:
+            with w._lock:
+                self.busy = bool(self._inflight)
+                start = bool(self.pending) and not self.busy
+                if start:
+                    self.busy = True
+            if start:
+                self.kick()
+        for batch, error in settled:
+            if error is None:
+                _settle_here(batch)
+            else:
+                _settle(batch, error)
+
+    def take(self) -> list[Pending]:
+        """Everything pending or in flight, as resolve() takes it (close(); holds the writer's lock)."""
+        loop = self.loop
+        out: list[Pending] = [(result, (loop, fut)) for fut, result in self.pending]
+        for _, _, batch in self._inflight.values():
+            out.extend((result, (loop, fut)) for fut, result in batch)
+        self.pending = []
+        self._inflight.clear()
+        self.busy = True  # a scheduled kick finds nothing; nothing is started any more
+        return out
+
+    def close(self) -> None:
+        """Stop watching the eventfd and destroy the AIO context, on the loop's thread."""
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self.loop or self.loop.is_closed():
+            self._close_now()
+        else:
+            try:
+                self.loop.call_soon_threadsafe(self._close_now)
+            except RuntimeError:  # closed meanwhile
+                self._close_now()
+
+    def _close_now(self) -> None:
+        if self._aio.fileno() < 0:
+            return
+        if not self.loop.is_closed():
+            self.loop.remove_reader(self._aio.fileno())
+        self._aio.close()
+
+
 def resolve(batch: list[Pending]) -> None:
     """Resolve each future with its result; asyncio futures in one hand-off per event loop."""
     loops: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any]]] = {}
@@ -144,9 +301,18 @@ def _settle(items: list[tuple[asyncio.Future[Any], Any]], error: BaseException |
                 fut.set_exception(error)
 
 
+def _settle_here(items: list[tuple[asyncio.Future[Any], Any]]) -> None:
+    """_settle without an error, on the loop itself (the hot path of append_async)."""
+    for fut, result in items:
+        try:
+            fut.set_result(result)
+        except asyncio.InvalidStateError:  # a cancelled await: the message is durable all the same
+            pass
+
+
 def _deliver(done: Future[Any], on_delivery: Delivery) -> None:
     e = done.exception()
     on_delivery(e, None if e is not None else done.result())
 
 
-__all__ = ["Acks", "Delivery", "Pending", "fail", "resolve"]
+__all__ = ["Acks", "Delivery", "LoopAcks", "Pending", "fail", "resolve"]

@@ -66,11 +66,7 @@ class GroupCommit:
                 except OSError as e:
                     err = SyncError(f"fsync of {describe(fd)} failed: {e}")
                     err.__cause__ = e
-                    with self.lock:
-                        self.failed = err
-                        for _, event in self._waiting:  # each one wakes and raises it
-                            event.set()
-                        self._waiting = []
+                    self.fail(err)
                     raise err from e
                 with self.lock:
                     if target > self.durable:
@@ -86,6 +82,22 @@ class GroupCommit:
             with self.lock:
                 if not self._syncing:
                     self._close_retired()
+
+    def advance(self, durable: int) -> None:
+        """An fsync made elsewhere (sej.acks.LoopAcks) made the first `durable` bytes durable."""
+        with self.lock:
+            if durable > self.durable:
+                self.durable = durable
+                self._wake_covered()
+
+    def fail(self, err: SyncError) -> None:
+        """An fsync failed: this and every later wait raise `err` (the first such error is kept)."""
+        with self.lock:
+            if self.failed is None:
+                self.failed = err
+            for _, event in self._waiting:  # each one wakes and raises it
+                event.set()
+            self._waiting = []
 
     def left_file(self, written: int, file: IO[bytes] | None) -> None:
         """The writer fsynced `file`, holding all `written` bytes, and moved on: close it when unused."""

@@ -142,9 +142,15 @@ class Appender:
     def flush(self) -> None:
         data = self.index.data
         if len(data) > self._saved:
-            with open(self.path, "ab") as f:
-                f.write(data[self._saved :])
-            self._saved = len(data)
+            # os.open, not open(): this runs at every flush that added an entry, and a file object
+            # costs twice the system calls' time. No link is followed.
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            try:
+                with memoryview(data) as view:
+                    while self._saved < len(view):  # counted as written, so an error never writes twice
+                        self._saved += os.write(fd, view[self._saved :])
+            finally:
+                os.close(fd)
 
     def close(self) -> None:
         self.flush()

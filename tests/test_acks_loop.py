@@ -1,0 +1,369 @@
+"""`append_async` made durable by the event loop itself, through Linux native AIO (sej.aio, sej.acks.LoopAcks).
+
+An ack comes only after a kernel fdatasync that began after the message's bytes were written:
+checked on the system calls (strace), as tests/test_acks.py checks the committer thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import gc
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import warnings
+from pathlib import Path
+
+import pytest
+
+import sej
+import sej.aio
+from sej.aio import AioSync
+from testing.timing import scaled
+
+from .conftest import REPO
+
+AIO_EXPECTED = sys.platform == "linux" and platform.machine() in ("x86_64", "aarch64")
+
+
+def all_values(d: str | Path) -> list[bytes]:
+    with sej.Scanner(d, 0, timeout=0) as s:
+        return [m.value for m in s]
+
+
+def eventfds() -> int:
+    """Event fds this process holds (each AIO context has one)."""
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            n += os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:[eventfd]"
+        except OSError:
+            pass
+    return n
+
+
+@pytest.fixture
+def no_aio(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As on a system without native AIO: append_async goes through the committer thread."""
+    monkeypatch.setattr(AioSync, "open", classmethod(lambda cls: None))
+
+
+def test_aio_is_there_where_ci_runs() -> None:
+    if not AIO_EXPECTED:
+        pytest.skip("native AIO fsync is Linux on x86_64 or aarch64")
+    aio = AioSync.open()
+    assert aio is not None, "io_setup refused: append_async would fall back to its thread"
+    aio.close()
+
+
+@pytest.mark.parametrize("path", ["aio", "thread"])
+def test_producers_get_their_offsets_and_share_fsyncs_with_sync_callers(
+    tmp_path: Path, path: str, request: pytest.FixtureRequest
+) -> None:
+    if path == "thread":
+        request.getfixturevalue("no_aio")
+    elif not AIO_EXPECTED:
+        pytest.skip("no native AIO here")
+    d = tmp_path / "j"
+    w = sej.Writer(d, segment_size=20_000)  # rolls over many times underway
+    stop = threading.Event()
+    syncs = [0]
+
+    def syncer() -> None:  # a thread's sync() shares the writer's group commit with the loop's fsyncs
+        while not stop.is_set():
+            w.sync()
+            syncs[0] += 1
+
+    async def main() -> list[int]:
+        async def producer(p: int) -> list[int]:
+            return [await w.append_async(b"%d-%d" % (p, i)) for i in range(40)]
+
+        batches = await asyncio.gather(*(producer(p) for p in range(32)))
+        many = await w.append_many_async([b"m1", b"m2", b"m3"])
+        return [o for b in batches for o in b] + list(many)
+
+    t = threading.Thread(target=syncer)
+    t.start()
+    try:
+        offsets = asyncio.run(asyncio.wait_for(main(), scaled(60)))
+    finally:
+        stop.set()
+        t.join(scaled(30))
+    assert (w._lacks is not None) == (path == "aio")
+    fsyncs = (w._lacks or w._acks).fsyncs  # type: ignore[union-attr]
+    w.close()
+    assert sorted(offsets) == list(range(32 * 40 + 3))
+    assert 1 <= fsyncs < 32 * 40, "one fsync covered several producers' messages"
+    assert syncs[0] >= 1
+    assert sorted(all_values(d)) == sorted([b"%d-%d" % (p, i) for p in range(32) for i in range(40)]
+                                           + [b"m1", b"m2", b"m3"])  # fmt: skip
+
+
+# -- on the system calls ------------------------------------------------------------------------------
+
+CHILD = r"""
+import asyncio, os, sys
+import sej
+
+async def main():
+    w = sej.Writer(sys.argv[1], segment_size=5000)
+    async def producer(p):
+        for i in range(40):
+            off = await w.append_async(b"v" * 100)
+            os.write(2, b"MARK acked %d\n" % off)
+    await asyncio.gather(*(producer(p) for p in range(4)))
+    w.close()
+
+asyncio.run(main())
+"""
+
+FRAME = 100 + 26
+LINE = re.compile(r"^(\d+)\s+(.*)$")
+
+
+def test_an_async_ack_comes_only_after_a_kernel_fdatasync_that_began_after_its_bytes_were_written(
+    tmp_path: Path,
+) -> None:
+    if not AIO_EXPECTED:
+        pytest.skip("no native AIO here")
+    if shutil.which("strace") is None and not os.environ.get("CI"):
+        pytest.skip("needs strace (CI installs it)")
+    log = tmp_path / "strace.log"
+    subprocess.run(
+        ["strace", "-f", "-qq", "-s", "100", "-o", str(log), "-e",
+         "trace=openat,write,fdatasync,fsync,io_submit,io_getevents", sys.executable, "-c", CHILD, str(tmp_path / "j")],
+        check=True, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, timeout=scaled(120),
+    )  # fmt: skip
+    paths: dict[int, str] = {}
+    firsts: dict[str, int] = {}
+    written: dict[str, int] = {}  # segment -> bytes written so far
+    submitted: dict[int, tuple[str, int]] = {}  # aio_data -> (segment, its bytes written at io_submit)
+    durable_msgs = 0
+    acked: list[int] = []
+    aio_fsyncs = 0
+    for raw in log.read_text().splitlines():
+        m = LINE.match(raw)
+        assert m is not None and "unfinished" not in raw, f"one thread only: {raw}"
+        text = m.group(2)
+        call = re.match(r"^(\w+)\((.*)\)\s+=\s+(-?\d+)", text)
+        if not call:
+            continue
+        name, args, ret = call.group(1), call.group(2), int(call.group(3))
+        if name == "openat":
+            o = re.match(r'^AT_FDCWD, "([^"]*)"', args)
+            if o and ret >= 0:
+                paths[ret] = o.group(1)
+                if re.search(r"/jnl/[0-9a-f]{16}\.jnl$", o.group(1)):
+                    firsts[o.group(1)] = int(o.group(1)[-20:-4], 16)
+            continue
+        if name == "io_submit":
+            s = re.search(r"aio_data=0x([0-9a-f]+), aio_lio_opcode=IOCB_CMD_FDSYNC, aio_fildes=(\d+)", args)
+            assert s is not None and ret == 1, text
+            seg = paths[int(s.group(2))]
+            submitted[int(s.group(1), 16)] = (seg, written.get(seg, 0))
+            continue
+        if name == "io_getevents":
+            for data, res in re.findall(r"\{data=0x([0-9a-f]+), obj=0x[0-9a-f]+, res=(-?\d+)", args):
+                assert int(res) == 0
+                seg, began = submitted.pop(int(data, 16))
+                durable_msgs = max(durable_msgs, firsts[seg] + began // FRAME)
+                aio_fsyncs += 1
+            continue
+        fd = int(args.split(",")[0])
+        path = paths.get(fd, "")
+        if name == "write" and fd == 2 and "MARK acked" in args:
+            off = int(args.split("MARK acked ")[1].split("\\n")[0])
+            assert off < durable_msgs, f"offset {off} acknowledged, but only {durable_msgs} messages were fsynced"
+            acked.append(off)
+        elif name == "write" and path in firsts and ret > 0:
+            written[path] = written.get(path, 0) + ret
+        elif name in ("fdatasync", "fsync") and path in firsts and ret == 0:  # a rollover's fsync
+            durable_msgs = max(durable_msgs, firsts[path] + written.get(path, 0) // FRAME)
+    assert sorted(acked) == list(range(160))
+    assert 1 <= aio_fsyncs < 160, "acks came from kernel fdatasyncs, each covering several messages"
+
+
+# -- faults ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not AIO_EXPECTED, reason="no native AIO here")
+def test_a_refused_submit_moves_the_writer_to_its_thread_and_loses_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kernel's refusal (EAGAIN, as an exhausted fs.aio-max-nr gives it) is the one thing replaced."""
+    real = AioSync.submit
+    calls = [0]
+
+    def refuse_third(self: AioSync, fd: int, token: int) -> None:
+        calls[0] += 1
+        if calls[0] >= 3:
+            raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
+        real(self, fd, token)
+
+    monkeypatch.setattr(AioSync, "submit", refuse_third)
+    before = eventfds()
+    d = tmp_path / "j"
+
+    async def main(w: sej.Writer) -> list[int]:
+        async def producer(p: int) -> list[int]:
+            return [await w.append_async(b"%d-%d" % (p, i)) for i in range(30)]
+
+        batches = await asyncio.gather(*(producer(p) for p in range(8)))
+        return [o for b in batches for o in b]
+
+    with sej.Writer(d) as w:
+        offsets = asyncio.run(asyncio.wait_for(main(w), scaled(60)))
+        assert w._lacks is None and w._acks is not None, "the rest went through the committer thread"
+    assert calls[0] == 3
+    assert sorted(offsets) == list(range(240))
+    assert len(all_values(d)) == 240
+    assert eventfds() == before
+
+
+@pytest.mark.skipif(not AIO_EXPECTED, reason="no native AIO here")
+def test_a_failed_kernel_fdatasync_fails_the_futures_and_every_later_durable_ack(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kernel's answer (EIO, as a failing disk gives it) is the one thing replaced."""
+    d = tmp_path / "j"
+    w = sej.Writer(d)
+    real = AioSync.reap
+    broken = [False]
+
+    def reap(self: AioSync) -> list[tuple[int, int]]:
+        return [(token, errno.EIO if broken[0] else err) for token, err in real(self)]
+
+    monkeypatch.setattr(AioSync, "reap", reap)
+
+    async def main() -> None:
+        assert await w.append_async(b"before") == 0
+        broken[0] = True
+        with pytest.raises(sej.SyncError) as e:
+            await w.append_async(b"after")
+        assert isinstance(e.value.__cause__, OSError) and e.value.__cause__.errno == errno.EIO
+        assert "fsync of" in str(e.value) and "jnl" in str(e.value)
+        broken[0] = False  # the disk "recovers": the lost pages are not coming back
+        with pytest.raises(sej.SyncError):
+            await w.append_async(b"later")
+        with pytest.raises(sej.SyncError):
+            await w.append_many_async([b"x"])
+
+    asyncio.run(asyncio.wait_for(main(), scaled(60)))
+    with pytest.raises(sej.SyncError):
+        w.sync()
+    with pytest.raises(sej.SyncError):
+        w.close()
+    assert w.closed
+    with sej.Writer(d) as again:
+        assert again.next_offset >= 1
+
+
+# -- lifetime ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["aio", "thread"])
+def test_close_on_the_loop_resolves_pending_and_in_flight_futures(
+    tmp_path: Path, path: str, request: pytest.FixtureRequest
+) -> None:
+    if path == "thread":
+        request.getfixturevalue("no_aio")
+    before = eventfds()
+    d = tmp_path / "j"
+
+    async def main() -> list[int]:
+        w = sej.Writer(d)
+        first = [w.append_async(b"%d" % i) for i in range(50)]
+        await asyncio.sleep(0)  # the loop hands these to the OS and starts their fsync
+        second = [w.append_async(b"%d" % i) for i in range(50, 100)]
+        w.close()  # on the loop's thread, with one fsync in flight and messages pending
+        with pytest.raises(sej.ClosedError):
+            w.append_async(b"late")
+        return list(await asyncio.wait_for(asyncio.gather(*first, *second), scaled(30)))
+
+    assert asyncio.run(main()) == list(range(100))
+    assert all_values(d) == [b"%d" % i for i in range(100)]
+    assert eventfds() == before
+
+
+def test_close_from_another_thread_while_producers_run(tmp_path: Path) -> None:
+    before = eventfds()
+    d = tmp_path / "j"
+    w = sej.Writer(d)
+    acked: list[int] = []
+    closed = threading.Event()
+
+    async def producer(p: int) -> None:
+        i = 0
+        while True:
+            try:
+                fut = w.append_async(b"%d-%d" % (p, i))
+            except sej.ClosedError:
+                return
+            acked.append(await fut)  # every future handed out resolves, also across close()
+            i += 1
+            if len(acked) >= 500 and not closed.is_set():
+                closed.set()
+
+    async def main() -> None:
+        closer = threading.Thread(target=lambda: (closed.wait(scaled(60)), w.close()))
+        closer.start()
+        await asyncio.wait_for(asyncio.gather(*(producer(p) for p in range(16))), scaled(60))
+        closer.join(scaled(30))
+
+    asyncio.run(main())
+    assert w.closed
+    assert sorted(acked) == list(range(len(acked)))
+    assert len(all_values(d)) == len(acked)
+    assert eventfds() == before
+
+
+def test_one_writer_across_successive_event_loops(tmp_path: Path) -> None:
+    before = eventfds()
+    d = tmp_path / "j"
+    with sej.Writer(d) as w:
+        for run in range(3):
+
+            async def main(run: int = run) -> list[int]:
+                return list(await asyncio.gather(*(w.append_async(b"%d-%d" % (run, i)) for i in range(20))))
+
+            assert asyncio.run(main()) == list(range(run * 20, run * 20 + 20))
+            assert eventfds() <= before + 1, "the context of an ended loop is not kept"
+    assert eventfds() == before
+    assert len(all_values(d)) == 60
+
+
+def test_a_cancelled_await_still_writes_its_message(tmp_path: Path) -> None:
+    d = tmp_path / "j"
+
+    async def main(w: sej.Writer) -> int:
+        fut = w.append_async(b"cancelled")
+        fut.cancel()
+        return await w.append_async(b"next")
+
+    with sej.Writer(d) as w:
+        assert asyncio.run(main(w)) == 1
+    assert all_values(d) == [b"cancelled", b"next"]
+
+
+def test_a_dropped_writer_is_collected_and_closed_while_its_loop_runs(tmp_path: Path) -> None:
+    before = eventfds()
+    d = tmp_path / "j"
+
+    async def main() -> None:
+        w = sej.Writer(d)
+        assert await w.append_async(b"x") == 0
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ResourceWarning)
+            del w
+            gc.collect()
+        await asyncio.sleep(0)  # the loop drops its watch of the collected writer's eventfd
+        with sej.Writer(d) as again:  # the lock was released by the collected writer's close
+            assert again.next_offset == 1
+
+    asyncio.run(asyncio.wait_for(main(), scaled(30)))
+    assert eventfds() == before
