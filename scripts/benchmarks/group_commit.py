@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import sej
+import sej.aio
 import sej.commit
 
 from .common import FRAME_SIZE, KEY, RAW, VALUE_SIZE, Config, fresh, log, percentile, perf_counter
@@ -121,10 +122,67 @@ def sej_async_producers(dir: Path, producers: int, seconds: float) -> tuple[int,
 
     with FsyncCounter() as fc:
         elapsed = asyncio.run(main())
-        calls = fc.calls
+        # Native AIO fsyncs (sej.acks.LoopAcks) do not go through sej.commit._fdatasync: count them there.
+        calls = fc.calls + (w._lacks.fsyncs if w._lacks is not None else 0)
     w.close()
     assert w.next_offset == len(lat)
     return len(lat), elapsed, calls, lat
+
+
+class NoopAio:
+    """Native AIO fsyncs replaced by a no-op: a submitted fsync is reported done at once (not durable)."""
+
+    def __enter__(self) -> NoopAio:
+        self.real = (sej.aio.AioSync.submit, sej.aio.AioSync.reap)
+        done: dict[int, list[int]] = {}
+
+        def submit(self: sej.aio.AioSync, fd: int, token: int) -> None:
+            done.setdefault(self.fileno(), []).append(token)
+            os.eventfd_write(self.fileno(), 1)
+
+        def reap(self: sej.aio.AioSync) -> list[tuple[int, int]]:
+            os.eventfd_read(self.fileno())
+            return [(t, 0) for t in done.pop(self.fileno(), [])]
+
+        sej.aio.AioSync.submit, sej.aio.AioSync.reap = submit, reap  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        sej.aio.AioSync.submit, sej.aio.AioSync.reap = self.real  # type: ignore[method-assign]
+
+
+class NoAio:
+    """As where native AIO is missing: append_async goes through the writer's committer thread."""
+
+    def __enter__(self) -> NoAio:
+        self.real = sej.aio.AioSync.__dict__["open"]
+        sej.aio.AioSync.open = classmethod(lambda cls: None)  # type: ignore[method-assign,assignment]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        sej.aio.AioSync.open = self.real  # type: ignore[method-assign]
+
+
+def with_uvloop(run: Callable[[], Any]) -> Any:
+    """`run()` with asyncio.run using uvloop's event loop."""
+    import asyncio
+
+    import uvloop
+
+    policy = asyncio.get_event_loop_policy()
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    try:
+        return run()
+    finally:
+        asyncio.set_event_loop_policy(policy)
+
+
+def have_uvloop() -> bool:
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def sej_submit_threads(dir: Path, threads: int, seconds: float, window: int = 1) -> tuple[int, float, int, list[float]]:
@@ -159,11 +217,12 @@ def sej_submit_threads(dir: Path, threads: int, seconds: float, window: int = 1)
     return len(lat), elapsed, calls, lat
 
 
-def raw_async_ceiling(path: Path, producers: int, seconds: float) -> tuple[int, float, int]:
+def raw_async_ceiling(path: Path, producers: int, seconds: float, on_loop: bool = False) -> tuple[int, float, int]:
     """No sej: `producers` asyncio tasks each append a frame's bytes to a buffer and await a future; the event
     loop writes what is buffered and fdatasyncs it in one executor thread (the loop runs the producers
     meanwhile), then resolves every future that fsync covered and starts the next. The least Python a durable
-    await per message can cost on this machine: the ceiling of the asyncio rows, with a real fsync."""
+    await per message can cost on this machine: the ceiling of the asyncio rows, with a real fsync.
+    `on_loop`: the event loop runs the fdatasync itself, blocking (no hand-off at all)."""
     import asyncio
     from concurrent.futures import ThreadPoolExecutor
 
@@ -185,6 +244,10 @@ def raw_async_ceiling(path: Path, producers: int, seconds: float) -> tuple[int, 
             os.write(fd, bytes(buf))
             buf.clear()
             state["busy"] = True
+            if on_loop:
+                os.fdatasync(fd)
+                done(batch)
+                return
             loop.run_in_executor(pool, os.fdatasync, fd).add_done_callback(lambda _f: done(batch))
 
         def done(batch: list[asyncio.Future[None]]) -> None:
@@ -192,7 +255,11 @@ def raw_async_ceiling(path: Path, producers: int, seconds: float) -> tuple[int, 
             for f in batch:
                 f.set_result(None)
             state["busy"] = False
-            kick()
+            if on_loop:
+                if pending:
+                    loop.call_soon(kick)
+            else:
+                kick()
 
         async def producer() -> None:
             while not state["stop"]:
@@ -271,6 +338,33 @@ def handoff_ceiling(threads: int, seconds: float, futures: bool) -> tuple[int, f
     return total, elapsed, total
 
 
+def async_note(ra: float, ranoop: float, raw: float, rraw: float, rrawloop: float, rauv: float | None) -> str:
+    """Why the asyncio row is where it is: a round's time, split into its Python and its fsync."""
+    round_us = 64 / ra * 1e6
+    py_us = 64 / ranoop * 1e6
+    fs_us = round_us - py_us
+    need_us = 64 / (30 * raw) * 1e6
+    uv = f"; on uvloop, whose loop machinery is C, sej reaches {rauv / raw:.1f}x" if rauv is not None else ""
+    head = (
+        f"Why 64 asyncio producers reach {ra / raw:.1f}x"
+        + (" and not 30x" if ra / raw < 30 else "")
+        + f": every producer waits for the same fsync, so a round ({round_us:.0f} µs at {ra:,.0f} msg/s) is the "
+        f"Python of 64 appends and wake-ups ({py_us:.0f} µs: 64 ÷ the no-op row), then one fsync while all of them "
+        f"wait (the other {fs_us:.0f} µs); the baseline's write and fsync of one frame takes {1e6 / raw:.0f} µs. "
+        f"30x needs a round of at most {need_us:.0f} µs"
+    )
+    if ra / raw >= 30:
+        return head + "."
+    left = need_us - fs_us
+    return (
+        head + f", which leaves {max(left, 0):.0f} µs for the Python of 64 producers, {max(left, 0) / 64:.2f} µs "
+        "each; an asyncio task's wake-up alone (the future's result, the loop's `call_soon` and its Handle, the "
+        "task's step: Python code in CPython's default loop) costs about 1 µs on this machine. The rows with no sej "
+        f"bound any design here: the fsync run by the event loop itself, blocking it, {rrawloop / raw:.1f}x; in an "
+        f"executor thread, {rraw / raw:.1f}x{uv}."
+    )
+
+
 def bench_group_commit(cfg: Config, scratch: Path) -> list[Result]:
     secs = cfg.fsync_seconds
     runs: dict[str, list[tuple[int, float, int]]] = {"raw": [], "1": [], "8": [], "32": [], "noop": []}
@@ -297,15 +391,25 @@ def bench_group_commit(cfg: Config, scratch: Path) -> list[Result]:
             n, t, fs, lat = run()
             runs.setdefault(name, []).append((n, t, fs))
             lats.setdefault(name, []).append(sorted(lat))
+        with NoAio():
+            n, t, fs, _ = sej_async_producers(fresh(scratch / "acks"), 64, secs)
+            runs.setdefault("async64thread", []).append((n, t, fs))
+        if have_uvloop():
+            n, t, fs, _ = with_uvloop(lambda: sej_async_producers(fresh(scratch / "acks"), 64, secs))
+            runs.setdefault("async64uv", []).append((n, t, fs))
         sej.commit._fdatasync = lambda fd: None
         try:
-            n, t, fs, _ = sej_async_producers(fresh(scratch / "acks"), 64, secs)
+            with NoopAio():
+                n, t, fs, _ = sej_async_producers(fresh(scratch / "acks"), 64, secs)
             runs.setdefault("async64noop", []).append((n, t, fs))
             n, t, fs, _ = sej_submit_threads(fresh(scratch / "acks"), 64, secs)
             runs.setdefault("submit64noop", []).append((n, t, fs))
         finally:
             sej.commit._fdatasync = real
         runs.setdefault("rawasync64", []).append(raw_async_ceiling(fresh(scratch / "rawacks.bin"), 64, secs))
+        runs.setdefault("rawasync64loop", []).append(
+            raw_async_ceiling(fresh(scratch / "rawacks.bin"), 64, secs, on_loop=True)
+        )
         runs.setdefault("lock64", []).append(handoff_ceiling(64, secs, futures=False))
         runs.setdefault("future64", []).append(handoff_ceiling(64, secs, futures=True))
         log(f"  group commit rep {rep + 1}/{cfg.fsync_reps} done")
@@ -331,6 +435,9 @@ def bench_group_commit(cfg: Config, scratch: Path) -> list[Result]:
     rsnoop, _ = med("submit64noop")
     rlock, _ = med("lock64")
     rraw, perraw = med("rawasync64")
+    rrawloop, _ = med("rawasync64loop")
+    rathread, perathread = med("async64thread")
+    rauv = med("async64uv")[0] if "async64uv" in runs else None
     rfut, _ = med("future64")
 
     def lat_ms(name: str) -> tuple[float, float]:
@@ -352,7 +459,8 @@ def bench_group_commit(cfg: Config, scratch: Path) -> list[Result]:
         ),
         Row("32 threads, one writer", rate(r32), rate(raw), ratio(r32 / raw), "—", "info"),
         Row(
-            "64 asyncio producers, each `await w.append_async(value)` of its own message (buffered writer)",
+            "64 asyncio producers, each `await w.append_async(value)` of its own message (buffered writer; "
+            "the fsync is a native AIO fdatasync the event loop waits for, the default on Linux)",
             rate(ra),
             rate(raw),
             ratio(ra / raw),
@@ -385,7 +493,30 @@ def bench_group_commit(cfg: Config, scratch: Path) -> list[Result]:
             "info",
         ),
         Row(
-            "64 asyncio producers, fdatasync replaced by a no-op (not durable: the Python machinery alone)",
+            "the same through the writer's committer thread (where native AIO is missing; sej before this row's "
+            "change)",
+            rate(rathread),
+            rate(raw),
+            ratio(rathread / raw),
+            "—",
+            "info",
+        ),
+        *(
+            [
+                Row(
+                    "the same on uvloop (its event loop in C, which asyncio users pick for speed)",
+                    rate(rauv),
+                    rate(raw),
+                    ratio(rauv / raw),
+                    "—",
+                    "info",
+                )
+            ]
+            if rauv is not None
+            else []
+        ),
+        Row(
+            "64 asyncio producers, the fsync replaced by a no-op (not durable: the Python machinery alone)",
             rate(ranoop),
             rate(raw),
             ratio(ranoop / raw),
@@ -398,6 +529,14 @@ def bench_group_commit(cfg: Config, scratch: Path) -> list[Result]:
             rate(rraw),
             rate(raw),
             ratio(rraw / raw),
+            "—",
+            "info",
+        ),
+        Row(
+            "the same with the fdatasync run by the event loop itself, blocking it (no hand-off at all; durable)",
+            rate(rrawloop),
+            rate(raw),
+            ratio(rrawloop / raw),
             "—",
             "info",
         ),
@@ -442,18 +581,13 @@ def bench_group_commit(cfg: Config, scratch: Path) -> list[Result]:
         f"1 thread {per1:.1f}, 8 threads {per8:.1f}, 32 threads {per32:.1f}; fsyncs per second: baseline "
         f"{raw:,.0f}, sej 1 thread {r1 / per1:,.0f}, 8 threads {r8 / per8:,.0f}, 32 threads {r32 / per32:,.0f}.",
         "Baseline: `f.write(frame); f.flush(); os.fsync(fd)` per message on a buffered file (sej uses `os.fdatasync`).",
-        f"Acknowledged appends (`submit`, `append_async`: one committer thread per writer takes every pending "
-        f"message, fsyncs once, resolves them all): messages per fsync {pera:.1f} with 64 asyncio producers, "
-        f"{pers1:.1f} with 64 threads waiting for each message, {pers16:.1f} with 16 in flight per thread.",
-        f"Why 64 asyncio producers stay at {ra / raw:.1f}x: all of them wait on the same fsync, so a round is the "
-        "Python work of 64 appends and wake-ups, then one fsync with the event loop idle: the GIL keeps the "
-        "committer from starting the fsync while the loop still runs producers, and this disk's fsync is "
-        "fast (see the baseline), so the Python part dominates. The no-op row is the ceiling the Python "
-        "machinery allows. The row with no sej at all (a future per message, resolved by the event loop "
-        f"after an fdatasync run in an executor thread, {perraw:.1f} messages per fsync) is the ceiling of a "
-        f"durable await per message with a real fsync on this machine: {rraw / raw:.1f}x in this run, against "
-        f"sej's {ra / raw:.1f}x"
-        + ("; 30x is out of reach for this form here, whatever sej does." if rraw / raw < 30 else "."),
+        f"Acknowledged appends: `submit` has one committer thread per writer take every pending message, fsync "
+        f"once and resolve them all; `append_async` on Linux has the event loop hand the pending messages to the OS "
+        f"and start one native AIO fdatasync (`sej.aio`), whose end it sees on an eventfd like a socket's data. "
+        f"Messages per fsync: {pera:.1f} with 64 asyncio producers ({perathread:.1f} through the committer "
+        f"thread), {pers1:.1f} with 64 threads waiting for each message, {pers16:.1f} with 16 in flight per "
+        f"thread.",
+        async_note(ra, ranoop, raw, rraw, rrawloop, rauv),
         f"Why 64 threads waiting for each message stay far below 20x: each message costs its thread one "
         f"wake-up, and 64 threads hand the GIL around on 2 cores. The two rows with no sej and no fsync measure "
         f"that cost alone, in this run: a thread per message woken through a bare lock reaches {rlock / raw:.1f}x "
@@ -463,16 +597,15 @@ def bench_group_commit(cfg: Config, scratch: Path) -> list[Result]:
         f"threads; the futures' batching itself works (messages per fsync reach the number of waiting "
         f"threads). Threads that keep several futures in flight (the 16-in-flight row) or submit batches "
         f"(`submit_many`) are not bound by it.",
-        "Tried for the asyncio rows (not kept; measured on 2026-11-25 on a machine where the no-op row read "
-        "176k msg/s): once half of the waiting producers had appended, the event loop "
-        "blocked (at most 1-2 ms) until the committer thread took their messages, so that their fsync would run "
-        "while the loop ran the other half. Done at every round it stayed at 106k msg/s against 110k without; "
-        "done only while the committer was idle, two cohorts of 32 formed and kept alternating (32.0 messages "
-        "per fsync), at 82k msg/s: each cohort costs the same two thread wake-ups a cohort of 64 did, and the "
-        "overlap does not come, because the committer hands each cohort's results to the loop (a write to its "
-        "self-pipe, which releases the GIL) before it takes the next cohort, so the loop runs the woken "
-        "producers first and the next fsync starts after them. Overlap needs a committer that does not need "
-        "the GIL between two fsyncs: a helper process, or io_uring, which the standard library does not offer.",
+        "Tried for the asyncio rows and not kept. With the committer thread (2026-11-25): blocking the loop once "
+        "half of the producers had appended, so that their fsync would run while the loop ran the other half, "
+        "gave 106k msg/s against 110k without, and two alternating cohorts of 32 gave 82k: the thread needs "
+        "the GIL between two fsyncs, so the overlap never came. With native AIO, which needs no GIL "
+        "(2026-11-27, prototypes): two fsyncs in flight, cohorts of 32, 135-175k msg/s against 190-200k for "
+        "one round of 64, because fsyncs of one file mostly queue behind each other (two threads fsyncing one "
+        "file: 8.3k fsyncs/s, one thread: 6.9k), so each fsync then covers half as many messages; a helper "
+        "process fsyncing for the loop: 227-237k msg/s against 260-275k for the same prototype fsyncing on the "
+        "loop itself.",
     ]
     if not ok8:
         notes.append(
