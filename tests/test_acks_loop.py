@@ -20,6 +20,8 @@ import warnings
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import sej
 import sej.aio
@@ -366,4 +368,80 @@ def test_a_dropped_writer_is_collected_and_closed_while_its_loop_runs(tmp_path: 
             assert again.next_offset == 1
 
     asyncio.run(asyncio.wait_for(main(), scaled(30)))
+    assert eventfds() == before
+
+
+# -- any interleaving -----------------------------------------------------------------------------------
+
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("async"), st.integers(1, 40)),  # that many append_async, not awaited yet
+        st.tuples(st.just("many"), st.integers(1, 30)),  # one append_many_async
+        st.tuples(st.just("sync"), st.just(0)),  # sync() from another thread meanwhile
+        st.tuples(st.just("cancel"), st.integers(0, 1000)),  # cancel one outstanding await
+        st.tuples(st.just("yield"), st.integers(0, 3)),  # let the loop run (kick, eventfd)
+        st.tuples(st.just("await"), st.just(0)),  # wait for everything outstanding
+    ),
+    max_size=25,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(ops=OPS, path=st.sampled_from(["aio", "thread"]))
+def test_any_interleaving_resolves_every_await_with_its_own_message(
+    tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, int]], path: str
+) -> None:
+    if path == "aio" and not AIO_EXPECTED:
+        return
+    d = tmp_path_factory.mktemp("j")
+    before = eventfds()
+    expected: list[bytes] = []  # every value in the order its offset was given
+    checks: list[tuple[asyncio.Future[object], list[bytes]]] = []  # each await and the values it covers
+
+    async def main(w: sej.Writer) -> None:
+        outstanding: list[asyncio.Future[object]] = []
+        for op, n in ops:
+            if op == "async":
+                for _ in range(n):
+                    v = b"a%d" % len(expected)
+                    expected.append(v)
+                    f = w.append_async(v)
+                    outstanding.append(f)
+                    checks.append((f, [v]))
+            elif op == "many":
+                vs = [b"m%d" % (len(expected) + i) for i in range(n)]
+                expected.extend(vs)
+                f = asyncio.ensure_future(w.append_many_async(vs))
+                await asyncio.sleep(0)  # the coroutine appends now, so that expected keeps offset order
+                outstanding.append(f)
+                checks.append((f, vs))
+            elif op == "sync":
+                await asyncio.to_thread(w.sync)
+            elif op == "cancel" and outstanding:
+                outstanding[n % len(outstanding)].cancel()
+            elif op == "yield":
+                for _ in range(n):
+                    await asyncio.sleep(0)
+            elif op == "await":
+                await asyncio.gather(*outstanding, return_exceptions=True)
+                outstanding.clear()
+        await asyncio.gather(*outstanding, return_exceptions=True)
+
+    if path == "thread":
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(AioSync, "open", classmethod(lambda cls: None))
+            with sej.Writer(d, segment_size=2000) as w:
+                asyncio.run(asyncio.wait_for(main(w), scaled(60)))
+    else:
+        with sej.Writer(d, segment_size=2000) as w:
+            asyncio.run(asyncio.wait_for(main(w), scaled(60)))
+    with sej.Scanner(d, 0, timeout=0) as s:
+        got = {m.offset: m.value for m in s}
+    assert [got[i] for i in range(len(got))] == expected
+    for f, vs in checks:
+        if f.cancelled():
+            continue  # the message is written all the same (checked above)
+        r = f.result()
+        offsets = list(r) if isinstance(r, range) else [r]
+        assert [got[o] for o in offsets] == vs
     assert eventfds() == before
