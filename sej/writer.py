@@ -492,7 +492,12 @@ class Writer:
         if aio is None:
             self._no_aio = True
             return None
-        self._lacks = LoopAcks(self, loop, aio)
+        try:
+            self._lacks = LoopAcks(self, loop, aio)
+        except (NotImplementedError, RuntimeError, OSError):  # a loop that cannot watch a descriptor
+            aio.close()
+            self._no_aio = True
+            return None
         return self._lacks
 
     def _drop_loop_acks(self, la: LoopAcks) -> None:

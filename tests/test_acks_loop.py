@@ -445,3 +445,24 @@ def test_any_interleaving_resolves_every_await_with_its_own_message(
         offsets = list(r) if isinstance(r, range) else [r]
         assert [got[o] for o in offsets] == vs
     assert eventfds() == before
+
+
+class NoWatchLoop(asyncio.SelectorEventLoop):
+    """An event loop that cannot watch a descriptor (as Windows' proactor loop cannot)."""
+
+    def add_reader(self, fd: object, callback: object, *args: object) -> None:
+        raise NotImplementedError
+
+
+def test_a_loop_that_cannot_watch_the_eventfd_gets_the_committer_thread(tmp_path: Path) -> None:
+    before = eventfds()
+    d = tmp_path / "j"
+
+    async def main(w: sej.Writer) -> list[int]:
+        return list(await asyncio.gather(*(w.append_async(b"%d" % i) for i in range(30))))
+
+    with sej.Writer(d) as w, asyncio.Runner(loop_factory=NoWatchLoop) as runner:
+        assert runner.run(asyncio.wait_for(main(w), scaled(30))) == list(range(30))
+        assert w._lacks is None and w._acks is not None
+    assert all_values(d) == [b"%d" % i for i in range(30)]
+    assert eventfds() == before
