@@ -21,7 +21,6 @@ results to the loop.
 from __future__ import annotations
 
 import asyncio
-import errno as _errno
 import os
 import threading
 import weakref
@@ -30,8 +29,8 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from .aio import AioSync
-from .commit import describe
 from .errors import SyncError
+from .layout import segment_path
 
 if TYPE_CHECKING:
     from .writer import Writer
@@ -124,21 +123,24 @@ class LoopAcks:
     message's bytes already in the writer's buffer. `busy` is set, also under that lock,
     while a `kick` is scheduled or an fsync is in flight: one fsync at a time, each
     covering every message appended before it started (more in flight measured slower:
-    concurrent fsyncs of one file mostly queue behind each other). When it finishes,
-    the next one starts before the finished one's futures are resolved, so the woken
-    producers run while the disk works.
+    concurrent fsyncs of one file mostly queue behind each other). An fsync in flight
+    leads the writer's group commit, so no thread fsyncs the file meanwhile. When it
+    finishes, the next one starts before the finished one's futures are resolved, so
+    the woken producers run while the disk works. The AIO context is the writer's.
     """
 
-    __slots__ = ("loop", "pending", "busy", "fsyncs", "_aio", "_ref", "_inflight", "_token", "__weakref__")
+    __slots__ = ("loop", "pending", "busy", "fsyncs", "closed", "_aio", "_ref", "_inflight", "_token", "__weakref__")
 
     def __init__(self, writer: Writer, loop: asyncio.AbstractEventLoop, aio: AioSync) -> None:
         self.loop = loop
         self.pending: list[tuple[asyncio.Future[Any], Any]] = []
         self.busy = False
         self.fsyncs = 0  # fsyncs that resolved futures (for benchmarks: messages per fsync)
+        self.closed = False
         self._aio = aio
         self._ref = weakref.ref(writer)  # the loop must not keep an unclosed writer alive
-        self._inflight: dict[int, tuple[int, int, list[tuple[asyncio.Future[Any], Any]]]] = {}  # token -> ...
+        # token -> (bytes written when it started, the segment's first offset, its futures)
+        self._inflight: dict[int, tuple[int, int, list[tuple[asyncio.Future[Any], Any]]]] = {}
         self._token = 0
         loop.add_reader(aio.fileno(), self._finished)
 
@@ -157,7 +159,7 @@ class LoopAcks:
         error: BaseException | None = None
         with w._lock:
             batch, self.pending = self.pending, []
-            if not batch or w._buf is None:  # nothing, or closed: close() resolved them
+            if not batch or w._buf is None or self.closed:  # nothing, or closed: close() resolved them
                 self.busy = False
                 return
             try:
@@ -169,24 +171,30 @@ class LoopAcks:
                 if commit.durable >= ticket:  # another thread's fsync covered them already
                     ready = batch
                     self.busy = False
+                elif not commit.try_lead(self._complete):  # a thread is fsyncing: these join its group commit
+                    fallback = batch
+                    self.busy = False
                 else:
-                    fd = w._fd
                     self._token += 1
                     try:
-                        self._aio.submit(fd, self._token)
-                    except OSError:  # refused (a seccomp filter, EAGAIN): this writer fsyncs in a thread
+                        self._aio.submit(w._fd, self._token)
+                    except OSError:  # refused (EINVAL, EAGAIN...): this writer fsyncs in its thread from now on
+                        commit.end_lead(0, None)
                         w._no_aio = True
                         w._drop_loop_acks(self)
                         fallback = batch
                     else:
-                        self._inflight[self._token] = (ticket, fd, batch)
+                        self._inflight[self._token] = (ticket, w._seg.first, batch)
             except BaseException as e:  # lock lost, disk full, an earlier fsync failed
                 error = e
                 self.busy = False
             if fallback:
-                acks = w._acks or w._start_acks()
-                for fut, result in fallback:
-                    acks.add_async(result, self.loop, fut)
+                try:
+                    acks = w._acks or w._start_acks()
+                    for fut, result in fallback:
+                        acks.add_async(result, self.loop, fut)
+                except BaseException as e:  # the thread could not start
+                    error, batch = e, fallback
         if error is not None:
             _settle(batch, error)
         elif ready:
@@ -195,42 +203,69 @@ class LoopAcks:
     def _finished(self) -> None:
         """On the loop, when the eventfd fires: record what the finished fsyncs made durable, start the
         next, then resolve their futures."""
-        done = self._aio.reap()
+        self._aio.drain()
+        w = self._ref()
+        if w is None or self.closed:  # collected, or closed: nothing more to watch
+            self._close_now()
+            return
+        with w._lock:  # fsyncs in flight are reaped under it only (see _complete, take)
+            settled, start = self._reaped(w, self._aio.reap())
+        if start:
+            self.kick()
+        _settle_all(settled)
+
+    def _complete(self) -> None:
+        """For a thread that needs an fsync while this loop's is in flight: wait for it to end and end it
+        (the loop may be that very thread, blocked in the call), then hand its futures to the loop."""
         w = self._ref()
         if w is None:
             return
-        settled: list[tuple[list[tuple[asyncio.Future[Any], Any]], BaseException | None]] = []
+        with w._lock:
+            if not self._inflight:
+                return  # the loop reaped it meanwhile
+            settled, start = self._reaped(w, self._aio.wait(len(self._inflight)))
+        try:
+            if settled:
+                self.loop.call_soon_threadsafe(_settle_all, settled)
+            if start:
+                self.loop.call_soon_threadsafe(self.kick)
+        except RuntimeError:  # the loop is closed: nobody awaits these
+            pass
+
+    def _reaped(self, w: Writer, done: list[tuple[int, int]]) -> tuple[list[Settled], bool]:
+        """End the fsyncs `done` reports; their batches and errors, and whether to start the next. Holds w._lock."""
+        settled: list[Settled] = []
         for token, err in done:
             item = self._inflight.pop(token, None)
-            if item is None:  # close() took it over
+            if item is None:
                 continue
-            ticket, fd, batch = item
             self.fsyncs += 1
-            if err:
-                cause = OSError(err, os.strerror(err) if err != _errno.ECANCELED else "fsync cancelled")
-                failure = SyncError(f"fsync of {describe(fd)} failed: {cause}")
-                failure.__cause__ = cause
-                w._commit.fail(failure)
-                settled.append((batch, failure))
-            else:
-                w._commit.advance(ticket)
-                settled.append((batch, None))
-        if settled:
-            with w._lock:
-                self.busy = bool(self._inflight)
-                start = bool(self.pending) and not self.busy
-                if start:
-                    self.busy = True
-            if start:
-                self.kick()
-        for batch, error in settled:
-            if error is None:
-                _settle_here(batch)
-            else:
-                _settle(batch, error)
+            self._end(w, item, err)
+            settled.append((item[2], w._commit.failed))  # also an error a rollover's fsync got meanwhile
+        start = bool(settled) and bool(self.pending) and not self._inflight and not self.closed
+        self.busy = bool(self._inflight) or start
+        return settled, start
+
+    def _end(self, w: Writer, item: tuple[int, int, Any], err: int) -> None:
+        """An fsync in flight ended with `err` (0: done): end its lead of the group commit. Holds w._lock."""
+        ticket, first, _ = item
+        failure: SyncError | None = None
+        if err:
+            cause = OSError(err, os.strerror(err))
+            failure = SyncError(f"fsync of {segment_path(w.dir, first)} failed: {cause}")
+            failure.__cause__ = cause
+        w._commit.end_lead(ticket, failure)
 
     def take(self) -> list[Pending]:
-        """Everything pending or in flight, as resolve() takes it (close(); holds the writer's lock)."""
+        """For close(): wait for the fsync in flight to end, stop, and return every future pending or in
+        flight, as resolve() takes them; the caller's own fsync covers them. Holds the writer's lock."""
+        w = self._ref()
+        self.closed = True
+        if self._inflight:
+            done = dict(self._aio.wait(len(self._inflight)))
+            for token, item in self._inflight.items():
+                if w is not None:
+                    self._end(w, item, done.get(token, 0))
         loop = self.loop
         out: list[Pending] = [(result, (loop, fut)) for fut, result in self.pending]
         for _, _, batch in self._inflight.values():
@@ -240,26 +275,39 @@ class LoopAcks:
         self.busy = True  # a scheduled kick finds nothing; nothing is started any more
         return out
 
-    def close(self) -> None:
-        """Stop watching the eventfd and destroy the AIO context, on the loop's thread."""
+    def close(self, aio_too: bool) -> None:
+        """Stop watching the eventfd (on the loop's thread, or at once when the loop is not running), and
+        close the writer's AIO context too if `aio_too`."""
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
             running = None
-        if running is self.loop or self.loop.is_closed():
-            self._close_now()
+        if running is self.loop or not self.loop.is_running():
+            self._close_now(aio_too)
         else:
             try:
-                self.loop.call_soon_threadsafe(self._close_now)
+                self.loop.call_soon_threadsafe(self._close_now, aio_too)
             except RuntimeError:  # closed meanwhile
-                self._close_now()
+                self._close_now(aio_too)
 
-    def _close_now(self) -> None:
-        if self._aio.fileno() < 0:
-            return
-        if not self.loop.is_closed():
-            self.loop.remove_reader(self._aio.fileno())
-        self._aio.close()
+    def _close_now(self, aio_too: bool = False) -> None:
+        fd = self._aio.fileno()
+        if fd >= 0 and not self.loop.is_closed():
+            self.loop.remove_reader(fd)
+        if aio_too:
+            self._aio.close()
+
+
+Settled = tuple[list[tuple[asyncio.Future[Any], Any]], BaseException | None]
+"""A batch of (asyncio future, result) whose fsync ended, and its error (None: durable)."""
+
+
+def _settle_all(settled: list[Settled]) -> None:
+    for batch, error in settled:
+        if error is None:
+            _settle_here(batch)
+        else:
+            _settle(batch, error)
 
 
 def resolve(batch: list[Pending]) -> None:

@@ -5,16 +5,20 @@ event loop can wait for it like for a socket: no Python thread has to take the G
 between the fsync and the loop (on two cores that hand-off cost a fifth of the throughput
 of durable `append_async`, see docs/benchmarks.md §4). `AioSync.open()` returns None
 where this is not available (another OS or architecture, a seccomp filter, an exhausted
-`fs.aio-max-nr`): callers then fsync in a thread.
+`fs.aio-max-nr`, or `SEJ_AIO=0` in the environment, for a sandbox whose seccomp filter
+kills a process that asks): callers then fsync in a thread.
 """
 
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import platform
 import struct
 import sys
+import threading
+from typing import Any
 
 # (io_setup, io_destroy, io_getevents, io_submit) by machine; elsewhere AioSync.open() returns None.
 _SYSCALLS = {"x86_64": (206, 207, 208, 209), "aarch64": (0, 1, 4, 2)}
@@ -36,7 +40,11 @@ class AioSync:
     def open(cls) -> AioSync | None:
         """A new context, or None where native AIO fsync is not available."""
         nr = _SYSCALLS.get(platform.machine()) if sys.platform == "linux" else None
-        if nr is None or not hasattr(os, "eventfd"):
+        # A 32-bit Python on a 64-bit kernel reports the kernel's machine but makes 32-bit system
+        # calls, whose numbers differ: those numbers would be other calls (setgroups32...).
+        if nr is None or ctypes.sizeof(ctypes.c_void_p) != 8 or not hasattr(os, "eventfd"):
+            return None
+        if os.environ.get("SEJ_AIO", "1").strip() == "0":
             return None
         try:
             return cls(nr)
@@ -69,15 +77,36 @@ class AioSync:
         _IOCB.pack_into(self._iocb, 0, token, 0, 0, _IOCB_CMD_FDSYNC, 0, fd, 0, 0, 0, 0, _IOCB_FLAG_RESFD, self._efd)
         self._check(self._syscall(ctypes.c_long(self._nr[3]), self._ctx, ctypes.c_long(1), self._iocbs), 1)
 
-    def reap(self) -> list[tuple[int, int]]:
-        """(token, errno or 0) of every finished fsync not reaped yet; never blocks."""
+    def drain(self) -> None:
+        """Reset the eventfd (it stays readable until then)."""
         try:
             os.eventfd_read(self._efd)
         except BlockingIOError:
             pass
+
+    def reap(self) -> list[tuple[int, int]]:
+        """(token, errno or 0) of every finished fsync not reaped yet; never blocks."""
+        return self._getevents(0, self._zero)
+
+    def wait(self, n: int) -> list[tuple[int, int]]:
+        """As reap(), but first waits until at least `n` submitted fsyncs have finished."""
+        out: list[tuple[int, int]] = []
+        while len(out) < n:
+            try:
+                out += self._getevents(n - len(out), None)
+            except InterruptedError:
+                continue
+        return out
+
+    def _getevents(self, least: int, timeout: Any) -> list[tuple[int, int]]:
         n = self._check(
             self._syscall(
-                ctypes.c_long(self._nr[2]), self._ctx, ctypes.c_long(0), ctypes.c_long(EVENTS), self._events, self._zero
+                ctypes.c_long(self._nr[2]),
+                self._ctx,
+                ctypes.c_long(least),
+                ctypes.c_long(EVENTS),
+                self._events,
+                timeout,
             )  # fmt: skip
         )
         out = []
@@ -87,15 +116,24 @@ class AioSync:
         return out
 
     def close(self) -> None:
-        """Destroy the context (the kernel waits for fsyncs still running) and close the eventfd."""
+        """Close the eventfd, and destroy the context in a thread of its own: io_destroy waits for an RCU
+        grace period (about 30 ms), which no caller should. Idempotent."""
         if self._efd >= 0:
-            self._syscall(ctypes.c_long(self._nr[1]), self._ctx)
-            os.close(self._efd)
+            os.close(self._efd)  # the kernel holds its own reference while fsyncs it signals still run
             self._efd = -1
+            destroy, ctx = self._nr[1], self._ctx
+            threading.Thread(target=self._syscall, args=(ctypes.c_long(destroy), ctx), name="sej-aio-destroy",
+                             daemon=True).start()  # fmt: skip
+
+    def __del__(self) -> None:
+        if getattr(self, "_efd", -1) >= 0:
+            self.close()
 
     def _check(self, r: int, want: int | None = None) -> int:
         if r < 0 or (want is not None and r != want):
             e = ctypes.get_errno() if r < 0 else 0
+            if e == errno.EINTR:
+                raise InterruptedError(e, os.strerror(e))
             raise OSError(e, os.strerror(e) if e else f"io_submit took {r} of 1")
         return r
 

@@ -20,7 +20,7 @@ from typing import IO
 
 from . import index as idx
 from .checksum import BLOCK, HEADER, RECORD, Hasher, SumFile, check_header, tail_records
-from .errors import CorruptionError, UnsafeFileError
+from .errors import CorruptionError, SyncError, UnsafeFileError
 from .frames import NO_TIMESTAMP
 from .fsutil import fsync_dir, open_file, open_regular
 from .layout import Segment, index_dir, index_path, list_segments, segment_dir, segment_path, sum_path
@@ -199,7 +199,10 @@ class SegmentAppender:
 
     def sync(self) -> None:
         """fsync the segment, then write the index entries added so far (they point at synced bytes)."""
-        os.fsync(self.fd)
+        try:
+            os.fsync(self.fd)
+        except OSError as e:
+            raise SyncError(f"fsync of {segment_path(self.dir, self.first)} failed: {e}") from e
         self.index.flush()
 
     def close(self, synced: bool = False) -> None:

@@ -29,14 +29,15 @@ class GroupCommit:
     count bytes before it switches files, and fsync a file before it leaves it.
     """
 
-    __slots__ = ("lock", "durable", "failed", "_position", "_syncing", "_waiting", "_events", "_retired")
+    __slots__ = ("lock", "durable", "failed", "_position", "_syncing", "_external", "_waiting", "_events", "_retired")
 
     def __init__(self, position: Callable[[], tuple[int, int]]) -> None:
         self.lock = threading.Lock()  # guards the state below
         self.durable = 0  # bytes known to be fsynced
         self.failed: SyncError | None = None  # an fsync failed: every later wait fails (see SyncError)
         self._position = position
-        self._syncing = False  # a thread is leading fsyncs
+        self._syncing = False  # a thread is leading fsyncs, or an fsync made elsewhere is running
+        self._external: Callable[[], None] | None = None  # waits for that fsync made elsewhere, and ends it
         self._waiting: list[tuple[int, threading.Event]] = []  # (ticket, wake-up) of waiting threads
         self._events = threading.local()  # each thread's reusable wake-up Event
         self._retired: list[IO[bytes]] = []  # finished files a running fsync may still use
@@ -45,18 +46,23 @@ class GroupCommit:
         """Return once the first `ticket` written bytes are fsynced; SyncError once an fsync failed."""
         while True:
             with self.lock:
+                if self.failed is not None:  # first: a later fsync's success does not undo it (see SyncError)
+                    raise self.failed
                 if self.durable >= ticket:
                     return
-                if self.failed is not None:
-                    raise self.failed
                 if not self._syncing:
                     self._syncing = True
                     break
-                event = getattr(self._events, "event", None)
-                if event is None:
-                    event = self._events.event = threading.Event()
-                event.clear()
-                self._waiting.append((ticket, event))
+                external = self._external
+                if external is None:
+                    event: threading.Event = getattr(self._events, "event", None) or threading.Event()
+                    self._events.event = event
+                    event.clear()
+                    self._waiting.append((ticket, event))
+            if external is not None:
+                # Not a wait for the event loop that started it: this may be its thread (a sync() in a coroutine).
+                external()
+                continue
             event.wait()  # covered, or asked to lead
         try:
             for _ in range(LEAD_ROUNDS):
@@ -83,21 +89,46 @@ class GroupCommit:
                 if not self._syncing:
                     self._close_retired()
 
-    def advance(self, durable: int) -> None:
-        """An fsync made elsewhere (sej.acks.LoopAcks) made the first `durable` bytes durable."""
+    def try_lead(self, wait: Callable[[], None]) -> bool:
+        """Lead for an fsync made elsewhere (sej.acks.LoopAcks): False if a thread is fsyncing now.
+
+        Two fsyncs of one file at once must not happen: the kernel reports a write-back error
+        to one of them only, and the other one's success would acknowledge lost bytes. A thread
+        that needs an fsync meanwhile calls `wait()`, which must return once end_lead() was called.
+        """
         with self.lock:
-            if durable > self.durable:
+            if self._syncing or self.failed is not None:
+                return False
+            self._syncing = True
+            self._external = wait
+            return True
+
+    def end_lead(self, durable: int, err: SyncError | None) -> None:
+        """The fsync begun after try_lead() ended: the first `durable` bytes are durable, or it failed with
+        `err`. Wakes the threads it covered (all of them with the error), and hands over to one still waiting."""
+        with self.lock:
+            if err is not None:
+                self._fail(err)
+            elif durable > self.durable:
                 self.durable = durable
                 self._wake_covered()
+            self._syncing = False
+            self._external = None
+            if self._waiting:
+                self._waiting.pop(0)[1].set()
+            self._close_retired()
 
     def fail(self, err: SyncError) -> None:
         """An fsync failed: this and every later wait raise `err` (the first such error is kept)."""
         with self.lock:
-            if self.failed is None:
-                self.failed = err
-            for _, event in self._waiting:  # each one wakes and raises it
-                event.set()
-            self._waiting = []
+            self._fail(err)
+
+    def _fail(self, err: SyncError) -> None:
+        if self.failed is None:
+            self.failed = err
+        for _, event in self._waiting:  # each one wakes and raises it
+            event.set()
+        self._waiting = []
 
     def left_file(self, written: int, file: IO[bytes] | None) -> None:
         """The writer fsynced `file`, holding all `written` bytes, and moved on: close it when unused."""

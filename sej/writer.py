@@ -32,7 +32,7 @@ from .acks import Acks, Delivery, LoopAcks, Pending, fail, resolve
 from .aio import AioSync
 from .appender import SegmentAppender
 from .commit import GroupCommit
-from .errors import ClosedError, CorruptionError, InvalidArgumentError, LockLostError
+from .errors import ClosedError, CorruptionError, InvalidArgumentError, LockLostError, SyncError
 from .frames import FRAME_FORMAT, HEADER, MAX_OFFSET, OVERHEAD, sized_struct
 from .layout import (
     index_dir,
@@ -69,6 +69,7 @@ class Writer:
     __slots__ = (
         "_acks",
         "_lacks",
+        "_aio",
         "_no_aio",
         "_buf",
         "_buffer_size",
@@ -140,6 +141,7 @@ class Writer:
         self.recovered: CorruptionError | None = None  # what startup recovery cut, if anything
         self._acks: Acks | None = None  # futures of submit(), started by the first one
         self._lacks: LoopAcks | None = None  # append_async's futures on the loop that last asked (native AIO)
+        self._aio: AioSync | None = None  # the native AIO context of _lacks, kept across event loops
         self._no_aio = False  # native AIO fsync refused once: append_async goes through _acks
         try:
             self._open_last(strict, start_offset)
@@ -179,7 +181,11 @@ class Writer:
         self._check_lock()
         self._spill()
         seg = self._seg
-        seg.sync()
+        try:
+            seg.sync()
+        except SyncError as e:  # sticky, as any failed fsync (an fsync running elsewhere may not see it)
+            self._commit.fail(e)
+            raise
         previous = seg.start(self._next)
         self._commit.left_file(self._written, previous)
         self._took_segment()
@@ -483,28 +489,34 @@ class Writer:
         """append_async's acknowledgements on `loop` through native AIO, or None (use _acks). Holds self._lock."""
         old = self._lacks
         if old is not None:
-            if not (old.idle or old.loop.is_closed()):
-                return None  # two event loops at once on one writer: the other one goes through _acks
-            self._drop_loop_acks(old)
+            if old.loop.is_running() or not (old.idle or old.loop.is_closed()):
+                return None  # another event loop uses it (or will again): this one goes through _acks
+            old.take()  # idle, or its loop is closed and nobody can await its futures any more
+            self._lacks = None
+            old.close(aio_too=False)
         if self._no_aio:
             return None
-        aio = AioSync.open()
+        aio = self._aio
         if aio is None:
-            self._no_aio = True
-            return None
+            aio = self._aio = AioSync.open()
+            if aio is None:
+                self._no_aio = True
+                return None
         try:
             self._lacks = LoopAcks(self, loop, aio)
         except (NotImplementedError, RuntimeError, OSError):  # a loop that cannot watch a descriptor
-            aio.close()
             self._no_aio = True
+            self._aio = None
+            aio.close()
             return None
         return self._lacks
 
     def _drop_loop_acks(self, la: LoopAcks) -> None:
-        """Stop using `la` (its loop ended, or the kernel refused an fsync). Holds self._lock."""
+        """Stop using native AIO: the kernel refused an fsync (la's loop is running this). Holds self._lock."""
         if self._lacks is la:
             self._lacks = None
-        la.close()
+        self._aio = None
+        la.close(aio_too=True)
 
     def _spill_for_acks(self, acks: Acks) -> tuple[list[Pending], int]:
         """The pending futures and the bytes written once their messages are handed to the OS."""
@@ -687,7 +699,12 @@ class Writer:
             lacks = self._lacks
             if lacks is not None:  # its pending and in-flight futures: the final fsync covers them
                 left += lacks.take()
-                self._drop_loop_acks(lacks)
+                self._lacks = None
+                self._aio = None
+                lacks.close(aio_too=True)
+            elif self._aio is not None:
+                self._aio.close()
+                self._aio = None
             try:
                 self._spill()
                 self._index.flush()

@@ -39,7 +39,8 @@ def all_values(d: str | Path) -> list[bytes]:
 
 
 def eventfds() -> int:
-    """Event fds this process holds (each AIO context has one)."""
+    """Event fds this process holds (each AIO context has one), once garbage (of earlier tests) is collected."""
+    gc.collect()
     n = 0
     for fd in os.listdir("/proc/self/fd"):
         try:
@@ -97,7 +98,9 @@ def test_producers_get_their_offsets_and_share_fsyncs_with_sync_callers(
         stop.set()
         t.join(scaled(30))
     assert (w._lacks is not None) == (path == "aio")
-    fsyncs = (w._lacks or w._acks).fsyncs  # type: ignore[union-attr]
+    # The loop's own fsyncs, and those of rounds it handed to the committer thread because a sync() was
+    # fsyncing at that moment (two fsyncs of one file never run at once).
+    fsyncs = sum(a.fsyncs for a in (w._lacks, w._acks) if a is not None)
     w.close()
     assert sorted(offsets) == list(range(32 * 40 + 3))
     assert 1 <= fsyncs < 32 * 40, "one fsync covered several producers' messages"
@@ -466,3 +469,139 @@ def test_a_loop_that_cannot_watch_the_eventfd_gets_the_committer_thread(tmp_path
         assert w._lacks is None and w._acks is not None
     assert all_values(d) == [b"%d" % i for i in range(30)]
     assert eventfds() == before
+
+
+# -- from the review of the loop's own fsync ------------------------------------------------------------
+
+
+@pytest.mark.skipif(not AIO_EXPECTED, reason="no native AIO here")
+def test_sync_called_in_a_coroutine_while_the_loops_fsync_is_in_flight_returns(tmp_path: Path) -> None:
+    """That fsync leads the group commit; sync() on the loop's own thread must not wait for the loop."""
+    d = tmp_path / "j"
+
+    async def main(w: sej.Writer) -> int:
+        await w.append_async(b"warm")
+        fut = w.append_async(b"x")
+        await asyncio.sleep(0)  # the loop starts its fsync
+        assert w._lacks is not None and w._lacks._inflight, "an fsync in flight"
+        w.sync()  # blocking, on the loop's thread: it ends that fsync itself
+        assert not w._lacks._inflight
+        with sej.Writer(tmp_path / "other", durability="sync") as other:
+            other.append(b"sync mode, on the loop's thread")
+        return await fut
+
+    with sej.Writer(d) as w:
+        assert asyncio.run(asyncio.wait_for(main(w), scaled(30))) == 1
+
+
+@pytest.mark.skipif(not AIO_EXPECTED, reason="no native AIO here")
+def test_no_thread_fsyncs_the_journal_while_the_loops_fsync_is_in_flight(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kernel reports a write-back error to one of two concurrent fsyncs of a file only."""
+    d = tmp_path / "j"
+    w = sej.Writer(d, segment_size=50_000)
+    overlaps: list[int] = []
+    calls = [0]
+    real = sej.commit._fdatasync
+
+    def watched(fd: int) -> None:
+        calls[0] += 1
+        la = w._lacks
+        if la is not None and la._inflight:
+            overlaps.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(sej.commit, "_fdatasync", watched)
+    stop = threading.Event()
+
+    def syncer() -> None:
+        while not stop.is_set():
+            w.sync()
+
+    async def main() -> None:
+        async def producer(p: int) -> None:
+            for i in range(60):
+                await w.append_async(b"%d-%d" % (p, i))
+
+        await asyncio.gather(*(producer(p) for p in range(16)))
+
+    threads = [threading.Thread(target=syncer) for _ in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        asyncio.run(asyncio.wait_for(main(), scaled(60)))
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(scaled(30))
+    assert w._lacks is not None and w._lacks.fsyncs >= 1 and calls[0] >= 1, "both kinds of fsync ran"
+    w.close()
+    assert overlaps == []
+    assert len(all_values(d)) == 16 * 60
+
+
+@pytest.mark.skipif(not AIO_EXPECTED, reason="no native AIO here")
+def test_a_rollovers_failed_fsync_fails_every_later_durable_ack(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kernel's answer to the rollover's fsync (EIO) is the one thing replaced."""
+    d = tmp_path / "j"
+    w = sej.Writer(d, segment_size=2000)
+
+    def eio(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    async def main() -> None:
+        assert await w.append_async(b"first") == 0
+        with monkeypatch.context() as m:
+            m.setattr(os, "fsync", eio)
+            with pytest.raises(sej.SyncError) as e:
+                for _ in range(100):  # one of these rolls over
+                    await w.append_async(b"x" * 100)
+        assert e.value.__cause__ is not None and e.value.__cause__.errno == errno.EIO  # type: ignore[attr-defined]
+        with pytest.raises(sej.SyncError):
+            await w.append_async(b"after")  # a later fsync's success would acknowledge lost bytes
+
+    asyncio.run(asyncio.wait_for(main(), scaled(30)))
+    with pytest.raises(sej.SyncError):
+        w.sync()
+    with pytest.raises(sej.SyncError):
+        w.close()
+
+
+async def one(w: sej.Writer) -> int:
+    return await w.append_async(b"x")
+
+
+def test_close_after_run_until_complete_leaves_nothing_open(tmp_path: Path) -> None:
+    """The loop is stopped (not running, not closed) when the writer closes."""
+    before = eventfds()
+    for i in range(5):
+        loop = asyncio.new_event_loop()
+        w = sej.Writer(tmp_path / f"j{i}")
+        assert loop.run_until_complete(one(w)) == 0
+        w.close()
+        assert eventfds() == before, "closed at once, not left to a loop that may never run again"
+        loop.close()
+    assert eventfds() == before
+
+
+@pytest.mark.skipif(not AIO_EXPECTED, reason="no native AIO here")
+def test_a_writer_keeps_its_aio_context_across_event_loops(tmp_path: Path) -> None:
+    """Destroying a context waits for an RCU grace period (about 30 ms): it happens once, at close."""
+    with sej.Writer(tmp_path / "j") as w:
+        contexts = []
+        for _ in range(3):
+            asyncio.run(one(w))
+            contexts.append(w._aio)
+        assert contexts[0] is not None and all(c is contexts[0] for c in contexts)
+    assert w._aio is None
+
+
+def test_sej_aio_0_turns_native_aio_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SEJ_AIO", "0")
+    assert AioSync.open() is None
+    with sej.Writer(tmp_path / "j") as w:
+        assert asyncio.run(one(w)) == 0
+        assert w._lacks is None and w._acks is not None

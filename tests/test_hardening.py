@@ -477,3 +477,31 @@ def test_a_deleted_lock_file_is_noticed_at_rollover(jdir: str) -> None:
     with pytest.raises(sej.LockLostError):
         w1.close()
     assert sej.next_offset(jdir) < 12
+
+
+def test_the_writer_never_follows_a_link_or_opens_a_fifo_at_its_index_path(jdir: str) -> None:
+    """The index appender opens its file at every flush that added an entry: only a regular file."""
+    w = sej.Writer(jdir)
+    ipath = index_path(jdir, 0)
+    target = os.path.join(os.path.dirname(jdir), "elsewhere")
+    with open(target, "wb"):
+        pass
+    os.replace(ipath, ipath + ".away")
+    os.symlink(target, ipath)
+    for i in range(100):  # past an index entry (every 4 KiB)
+        w.append(b"v" * 100)
+    with pytest.raises(sej.UnsafeFileError) as e:
+        w.flush()
+    assert e.value.path == ipath and e.value.kind == "symlink"
+    assert os.path.getsize(target) == 0, "nothing written through the link"
+    os.unlink(ipath)
+    os.mkfifo(ipath)
+    with pytest.raises(sej.UnsafeFileError) as e:
+        w.flush()  # returns at once: a FIFO without a reader would block a plain open
+    assert e.value.kind == "FIFO"
+    os.unlink(ipath)
+    w.flush()  # removed: it stays removed (readers rebuild a missing index), no headless file appears
+    assert not os.path.exists(ipath)
+    w.close()
+    with sej.Scanner(jdir, 50, timeout=0) as s:
+        assert next(iter(s)).offset == 50
