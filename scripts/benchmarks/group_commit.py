@@ -133,7 +133,7 @@ class NoopAio:
     """Native AIO fsyncs replaced by a no-op: a submitted fsync is reported done at once (not durable)."""
 
     def __enter__(self) -> NoopAio:
-        self.real = (sej.aio.AioSync.submit, sej.aio.AioSync.reap)
+        self.real = (sej.aio.AioSync.submit, sej.aio.AioSync.reap, sej.aio.AioSync.wait)
         done: dict[int, list[int]] = {}
 
         def submit(self: sej.aio.AioSync, fd: int, token: int) -> None:
@@ -141,14 +141,16 @@ class NoopAio:
             os.eventfd_write(self.fileno(), 1)
 
         def reap(self: sej.aio.AioSync) -> list[tuple[int, int]]:
-            os.eventfd_read(self.fileno())
             return [(t, 0) for t in done.pop(self.fileno(), [])]
 
-        sej.aio.AioSync.submit, sej.aio.AioSync.reap = submit, reap  # type: ignore[method-assign]
+        def wait(self: sej.aio.AioSync, n: int) -> list[tuple[int, int]]:
+            return reap(self)
+
+        sej.aio.AioSync.submit, sej.aio.AioSync.reap, sej.aio.AioSync.wait = submit, reap, wait  # type: ignore[method-assign]
         return self
 
     def __exit__(self, *exc: object) -> None:
-        sej.aio.AioSync.submit, sej.aio.AioSync.reap = self.real  # type: ignore[method-assign]
+        sej.aio.AioSync.submit, sej.aio.AioSync.reap, sej.aio.AioSync.wait = self.real  # type: ignore[method-assign]
 
 
 class NoAio:
