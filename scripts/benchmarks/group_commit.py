@@ -341,29 +341,22 @@ def handoff_ceiling(threads: int, seconds: float, futures: bool) -> tuple[int, f
 
 
 def async_note(ra: float, ranoop: float, raw: float, rraw: float, rrawloop: float, rauv: float | None) -> str:
-    """Why the asyncio row is where it is: a round's time, split into its Python and its fsync."""
+    """Why the asyncio row is where it is: a round's time, split into its Python and its wait for the fsync."""
     round_us = 64 / ra * 1e6
     py_us = 64 / ranoop * 1e6
-    fs_us = round_us - py_us
     need_us = 64 / (30 * raw) * 1e6
-    uv = f"; on uvloop, whose loop machinery is C, sej reaches {rauv / raw:.1f}x" if rauv is not None else ""
-    head = (
+    uv = f"; sej on uvloop, whose loop machinery is C, {rauv / raw:.1f}x" if rauv is not None else ""
+    return (
         f"Why 64 asyncio producers reach {ra / raw:.1f}x"
         + (" and not 30x" if ra / raw < 30 else "")
-        + f": every producer waits for the same fsync, so a round ({round_us:.0f} µs at {ra:,.0f} msg/s) is the "
-        f"Python of 64 appends and wake-ups ({py_us:.0f} µs: 64 ÷ the no-op row), then one fsync while all of them "
-        f"wait (the other {fs_us:.0f} µs); the baseline's write and fsync of one frame takes {1e6 / raw:.0f} µs. "
-        f"30x needs a round of at most {need_us:.0f} µs"
-    )
-    if ra / raw >= 30:
-        return head + "."
-    left = need_us - fs_us
-    return (
-        head + f", which leaves {max(left, 0):.0f} µs for the Python of 64 producers, {max(left, 0) / 64:.2f} µs "
-        "each; an asyncio task's wake-up alone (the future's result, the loop's `call_soon` and its Handle, the "
-        "task's step: Python code in CPython's default loop) costs about 1 µs on this machine. The rows with no sej "
-        f"bound any design here: the fsync run by the event loop itself, blocking it, {rrawloop / raw:.1f}x; in an "
-        f"executor thread, {rraw / raw:.1f}x{uv}."
+        + f": every producer waits for the same fsync, so a round ({round_us:.0f} µs at {ra:,.0f} msg/s; 30x needs "
+        f"at most {need_us:.0f} µs) is the Python of 64 appends and wake-ups ({py_us:.0f} µs: 64 ÷ the no-op row), "
+        f"then the wait for one fsync (the other {round_us - py_us:.0f} µs, against {1e6 / raw:.0f} µs for the "
+        "baseline's write and fsync of one frame: this fsync covers 64 frames, and its end reaches the loop "
+        "through the kernel's worker and an eventfd). The rows with no sej "
+        f"place it: the same round with the fsync in an executor thread, {rraw / raw:.1f}x; with the fsync run by "
+        f"the event loop itself, {rrawloop / raw:.1f}x, which blocks every other task on the loop for each fsync "
+        f"(sej does not: on a slow or busy disk one fsync takes milliseconds, and the application would stall){uv}."
     )
 
 
