@@ -170,10 +170,10 @@ class LoopAcks:
                     raise commit.failed
                 if commit.durable >= ticket:  # another thread's fsync covered them already
                     ready = batch
-                    self.busy = False
+                    self.busy = bool(self._inflight)
                 elif not commit.try_lead(self._complete):  # a thread is fsyncing: these join its group commit
                     fallback = batch
-                    self.busy = False
+                    self.busy = bool(self._inflight)
                 else:
                     self._token += 1
                     try:
@@ -221,9 +221,13 @@ class LoopAcks:
         if w is None:
             return
         with w._lock:
-            if not self._inflight:
-                return  # the loop reaped it meanwhile
-            settled, start = self._reaped(w, self._aio.wait(len(self._inflight)))
+            self.complete_locked(w)
+
+    def complete_locked(self, w: Writer) -> None:
+        """_complete, the writer's lock held (also by a rollover, before its own fsync)."""
+        if not self._inflight:
+            return  # the loop reaped it meanwhile
+        settled, start = self._reaped(w, self._aio.wait(len(self._inflight)))
         try:
             if settled:
                 self.loop.call_soon_threadsafe(_settle_all, settled)
@@ -235,6 +239,8 @@ class LoopAcks:
     def _reaped(self, w: Writer, done: list[tuple[int, int]]) -> tuple[list[Settled], bool]:
         """End the fsyncs `done` reports; their batches and errors, and whether to start the next. Holds w._lock."""
         settled: list[Settled] = []
+        if not done:  # a wake-up for an fsync another thread ended already (see _complete)
+            return settled, False
         for token, err in done:
             item = self._inflight.pop(token, None)
             if item is None:

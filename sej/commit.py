@@ -89,6 +89,23 @@ class GroupCommit:
                 if not self._syncing:
                     self._close_retired()
 
+    def lead_locked(self, ticket: int) -> None:
+        """Lead for an fsync the writer makes under its own lock (a rollover): wait for a thread's lead
+        to end (a leading thread never takes the writer's lock). The caller ended an external lead first."""
+        while True:
+            with self.lock:
+                if self.failed is not None:
+                    raise self.failed
+                if not self._syncing:
+                    self._syncing = True
+                    return
+                assert self._external is None, "end the loop's fsync first"
+                event: threading.Event = getattr(self._events, "event", None) or threading.Event()
+                self._events.event = event
+                event.clear()
+                self._waiting.append((ticket, event))  # woken once covered, or by a hand-over
+            event.wait()
+
     def try_lead(self, wait: Callable[[], None]) -> bool:
         """Lead for an fsync made elsewhere (sej.acks.LoopAcks): False if a thread is fsyncing now.
 

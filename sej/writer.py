@@ -181,13 +181,23 @@ class Writer:
         self._check_lock()
         self._spill()
         seg = self._seg
+        commit = self._commit
+        if self._lacks is not None:
+            self._lacks.complete_locked(self)  # the loop's fsync in flight ends first
+        commit.lead_locked(self._written)  # no other fsync of this file runs while this one does
         try:
             seg.sync()
-        except SyncError as e:  # sticky, as any failed fsync (an fsync running elsewhere may not see it)
-            self._commit.fail(e)
+        except SyncError as e:
+            commit.end_lead(0, e)  # sticky
             raise
-        previous = seg.start(self._next)
-        self._commit.left_file(self._written, previous)
+        except BaseException:
+            commit.end_lead(0, None)
+            raise
+        try:
+            previous = seg.start(self._next)
+            commit.left_file(self._written, previous)
+        finally:
+            commit.end_lead(0, None)
         self._took_segment()
 
     # -- appending -------------------------------------------------------------

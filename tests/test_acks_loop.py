@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -495,29 +496,41 @@ def test_sync_called_in_a_coroutine_while_the_loops_fsync_is_in_flight_returns(t
 
 
 @pytest.mark.skipif(not AIO_EXPECTED, reason="no native AIO here")
-def test_no_thread_fsyncs_the_journal_while_the_loops_fsync_is_in_flight(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The kernel reports a write-back error to one of two concurrent fsyncs of a file only."""
+def test_no_two_fsyncs_of_the_journal_run_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel reports a write-back error to one of two concurrent fsyncs of a file only: the loop's
+    fsync, threads' sync() and rollovers (threads appending past segment_size) take turns."""
     d = tmp_path / "j"
-    w = sej.Writer(d, segment_size=50_000)
-    overlaps: list[int] = []
-    calls = [0]
-    real = sej.commit._fdatasync
+    w = sej.Writer(d, segment_size=5000)
+    overlaps: list[str] = []
+    active = [0]
+    calls = {"thread": 0, "rollover": 0}
+    guard = threading.Lock()
+    real_fdatasync, real_fsync = sej.commit._fdatasync, os.fsync
 
-    def watched(fd: int) -> None:
-        calls[0] += 1
-        la = w._lacks
-        if la is not None and la._inflight:
-            overlaps.append(fd)
-        real(fd)
+    def watched(kind: str, real: Callable[[int], None], fd: int) -> None:
+        with guard:
+            la = w._lacks
+            if active[0] or (la is not None and la._inflight):
+                overlaps.append(kind)
+            active[0] += 1
+            calls[kind] += 1
+        try:
+            real(fd)
+        finally:
+            with guard:
+                active[0] -= 1
 
-    monkeypatch.setattr(sej.commit, "_fdatasync", watched)
+    monkeypatch.setattr(sej.commit, "_fdatasync", lambda fd: watched("thread", real_fdatasync, fd))
+    monkeypatch.setattr(os, "fsync", lambda fd: watched("rollover", real_fsync, fd))
     stop = threading.Event()
 
     def syncer() -> None:
         while not stop.is_set():
             w.sync()
+
+    def appender() -> None:
+        while not stop.is_set():
+            w.append(b"t" * 200)
 
     async def main() -> None:
         async def producer(p: int) -> None:
@@ -526,7 +539,7 @@ def test_no_thread_fsyncs_the_journal_while_the_loops_fsync_is_in_flight(
 
         await asyncio.gather(*(producer(p) for p in range(16)))
 
-    threads = [threading.Thread(target=syncer) for _ in range(2)]
+    threads = [threading.Thread(target=f) for f in (syncer, syncer, appender)]
     for t in threads:
         t.start()
     try:
@@ -535,10 +548,38 @@ def test_no_thread_fsyncs_the_journal_while_the_loops_fsync_is_in_flight(
         stop.set()
         for t in threads:
             t.join(scaled(30))
-    assert w._lacks is not None and w._lacks.fsyncs >= 1 and calls[0] >= 1, "both kinds of fsync ran"
+    assert w._lacks is not None and w._lacks.fsyncs >= 1, "the loop fsynced"
+    assert calls["thread"] >= 1 and calls["rollover"] >= 1, calls
     w.close()
     assert overlaps == []
-    assert len(all_values(d)) == 16 * 60
+    assert sum(v.startswith(b"t") for v in all_values(d)) == w.next_offset - 16 * 60
+
+
+@pytest.mark.skipif(not AIO_EXPECTED, reason="no native AIO here")
+def test_a_rollover_waits_for_the_loops_fsync_in_flight_and_takes_its_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kernel's answer to the loop's fsync (EIO) is the one thing replaced: the rollover's own fsync,
+    which would otherwise run alongside and succeed, must not let a sync() succeed."""
+    real_reap, real_wait = AioSync.reap, AioSync.wait
+    monkeypatch.setattr(AioSync, "reap", lambda self: [(t, errno.EIO) for t, _ in real_reap(self)])
+    monkeypatch.setattr(AioSync, "wait", lambda self, n: [(t, errno.EIO) for t, _ in real_wait(self, n)])
+    w = sej.Writer(tmp_path / "j", segment_size=4096)
+
+    async def main() -> None:
+        fut = w.append_async(b"a" * 100)
+        await asyncio.sleep(0)  # the loop's fsync of segment 0 is in flight
+        assert w._lacks is not None and w._lacks._inflight
+        with pytest.raises(sej.SyncError):
+            w.append(b"b" * 5000)  # rolls over: ends the loop's fsync first, and fails with it
+        with pytest.raises(sej.SyncError):
+            w.sync()
+        with pytest.raises(sej.SyncError):
+            await fut
+
+    asyncio.run(asyncio.wait_for(main(), scaled(30)))
+    with pytest.raises(sej.SyncError):
+        w.close()
 
 
 @pytest.mark.skipif(not AIO_EXPECTED, reason="no native AIO here")
