@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from operator import length_hint
 from typing import Literal
 
+from watchdog.events import FileModifiedEvent
+
 from .checksum import ReadCheck
 from .errors import ClosedError, CorruptionError, InvalidArgumentError, OffsetOutOfRangeError, TruncatedError
 from .frames import MAX_OFFSET, Message
@@ -18,6 +20,7 @@ from .journal import next_offset, offset_at_time
 from .layout import (
     Segment,
     find_segment,
+    index_dir,
     index_path,
     journal_path,
     list_segments,
@@ -164,6 +167,7 @@ class Scanner:
         self._wakeup = Wakeup()
         self._sub: Subscription | None = None
         self._sub_path = ""
+        self._vsub: Subscription | None = None  # idx/, with verify: checksums come right after the bytes
         self._seg: _Open | None = None
         self._it: Iterator[Message] = iter(_EMPTY)
         self._batch: list[Message] = []  # what _it iterates: emptied at close, so nothing more comes out of it
@@ -308,11 +312,17 @@ class Scanner:
 
     def _subscribe(self) -> bool:
         """Watch the segment directory (or the journal's, until it exists); True if it changed."""
+        changed = False
+        if self._vdir is not None and self._vsub is None and os.path.isdir(index_dir(self.dir)):
+            # The writer records checksums in idx/ right after writing the bytes they cover: bytes seen
+            # before their checksums wait for an event there, not in jnl/, where the writer may write no more.
+            self._vsub = Subscription(index_dir(self.dir), self._wakeup, event_filter=[FileModifiedEvent])
+            changed = True
         path = segment_dir(self.dir)
         if not os.path.isdir(path):
             path = self.dir
         if self._sub_path == path:
-            return False
+            return changed
         if self._sub is not None:
             self._sub.close()
         self._sub = Subscription(path, self._wakeup)
@@ -359,6 +369,9 @@ class Scanner:
         if self._sub is not None:
             self._sub.close()
             self._sub = None
+        if self._vsub is not None:
+            self._vsub.close()
+            self._vsub = None
         if self._seg is not None:
             self._seg.close()
             self._seg = None

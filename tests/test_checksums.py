@@ -30,7 +30,7 @@ from sej.checksum import (
 from sej.errors import ChecksumError
 from sej.layout import list_segments, sum_path
 from testing.flips import copy_to_hub, count_kinds, flip, flips, fully_checked, write_journal
-from testing.timing import scaled
+from testing.timing import scaled, wait_until
 
 # -- the grid, pure ---------------------------------------------------------------------------------
 
@@ -476,3 +476,54 @@ def test_a_writer_validates_the_record_it_keeps_when_recovery_cut_past_every_rec
         w.append(b"x")
     assert "stays unchecked" in caplog.text, caplog.text
     assert Path(spath).read_bytes() == bytes(raw)  # left for sej verify
+
+
+def test_a_verified_scanner_that_saw_bytes_before_their_checksums_wakes_when_these_come(
+    jdir: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer writes a segment's bytes, then their checksums (idx/). A scanner that read between the
+    two must be woken by the checksums, not by the next write to jnl/, which may never come. Only a pause
+    is inserted here: between the writer's two writes, until the scanner waits."""
+    import sej.checksum
+    import sej.scanner
+
+    waiting = threading.Event()
+    release = threading.Event()
+    real_wait, real_add = sej.scanner._wait, sej.checksum.SumFile.add
+
+    def wait(event: threading.Event, deadline: float | None) -> None:
+        waiting.set()
+        real_wait(event, deadline)
+
+    def add(self: sej.checksum.SumFile, data: bytes) -> None:
+        if threading.current_thread() is writer_thread:
+            assert release.wait(scaled(30))
+        real_add(self, data)
+
+    with sej.Writer(jdir) as w:
+        w.append(b"first")
+        w.flush()
+        got: list[bytes] = []
+        done = threading.Event()
+
+        def read() -> None:
+            with sej.Scanner(jdir, 0, timeout=None, verify=True) as s:
+                for m in s:
+                    got.append(m.value)
+                    if len(got) == 2:
+                        break
+            done.set()
+
+        monkeypatch.setattr(sej.scanner, "_wait", wait)
+        monkeypatch.setattr(sej.checksum.SumFile, "add", add)
+        writer_thread = threading.Thread(target=lambda: (w.append(b"second"), w.flush()))
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        wait_until(lambda: got == [b"first"] and waiting.is_set(), scaled(30), "the scanner to wait after the first")
+        waiting.clear()
+        writer_thread.start()  # writes the segment's bytes, then pauses before their checksums
+        assert waiting.wait(scaled(30)), "the scanner saw the unchecked bytes and waits"
+        release.set()  # the checksums: no more bytes follow in jnl/
+        writer_thread.join(scaled(30))
+        assert done.wait(scaled(30)), f"the scanner got {got}"
+    assert got == [b"first", b"second"]
