@@ -269,8 +269,8 @@ class LoopAcks:
         self.closed = True
         if self._inflight:
             done = dict(self._aio.wait(len(self._inflight)))
-            for token, item in self._inflight.items():
-                if w is not None:
+            if w is not None:
+                for token, item in self._inflight.items():
                     self._end(w, item, done.get(token, 0))
         loop = self.loop
         out: list[Pending] = [(result, (loop, fut)) for fut, result in self.pending]

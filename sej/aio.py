@@ -2,8 +2,8 @@
 
 The kernel runs the fsync on its own worker and signals an eventfd when it is done, so an
 event loop can wait for it like for a socket: no Python thread has to take the GIL back
-between the fsync and the loop (on two cores that hand-off cost a fifth of the throughput
-of durable `append_async`, see docs/benchmarks.md §4). `AioSync.open()` returns None
+between the fsync and the loop (durable `append_async` is 6-17% faster so than through a
+committer thread, docs/benchmarks.md §4). `AioSync.open()` returns None
 where this is not available (another OS or architecture, a seccomp filter, an exhausted
 `fs.aio-max-nr`, or `SEJ_AIO=0` in the environment, for a sandbox whose seccomp filter
 kills a process that asks): callers then fsync in a thread.

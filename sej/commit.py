@@ -55,10 +55,7 @@ class GroupCommit:
                     break
                 external = self._external
                 if external is None:
-                    event: threading.Event = getattr(self._events, "event", None) or threading.Event()
-                    self._events.event = event
-                    event.clear()
-                    self._waiting.append((ticket, event))
+                    event = self._enqueue(ticket)
             if external is not None:
                 # Not a wait for the event loop that started it: this may be its thread (a sync() in a coroutine).
                 external()
@@ -100,10 +97,7 @@ class GroupCommit:
                     self._syncing = True
                     return
                 assert self._external is None, "end the loop's fsync first"
-                event: threading.Event = getattr(self._events, "event", None) or threading.Event()
-                self._events.event = event
-                event.clear()
-                self._waiting.append((ticket, event))  # woken once covered, or by a hand-over
+                event = self._enqueue(ticket)  # woken once covered, or by a hand-over
             event.wait()
 
     def try_lead(self, wait: Callable[[], None]) -> bool:
@@ -165,6 +159,15 @@ class GroupCommit:
         for f in self._retired:
             f.close()
         self._retired.clear()
+
+    def _enqueue(self, ticket: int) -> threading.Event:
+        """This thread's wake-up, cleared and queued for `ticket`. Holds self.lock."""
+        event: threading.Event | None = getattr(self._events, "event", None)
+        if event is None:
+            event = self._events.event = threading.Event()
+        event.clear()
+        self._waiting.append((ticket, event))
+        return event
 
     def _wake_covered(self) -> bool:
         """Wake the waiters whose bytes are durable; True if some still wait. Holds self.lock."""

@@ -142,9 +142,8 @@ class Appender:
     def flush(self) -> None:
         data = self.index.data
         if len(data) > self._saved:
-            # A descriptor, not a file object (twice the time, at every flush that added an entry). Only a
-            # regular file: no link is followed, no FIFO blocks the writer. A file removed meanwhile stays
-            # removed (the index is derived data: readers rebuild it), rather than recreated headless.
+            # Only a regular file: no link is followed, no FIFO blocks the writer. A file removed meanwhile
+            # stays removed (the index is derived data: readers rebuild it), rather than recreated headless.
             try:
                 fd = open_regular(self.path, os.O_WRONLY | os.O_APPEND)
             except FileNotFoundError:
