@@ -121,9 +121,17 @@ class AioSync:
         if self._efd >= 0:
             os.close(self._efd)  # the kernel holds its own reference while fsyncs it signals still run
             self._efd = -1
-            destroy, ctx = self._nr[1], self._ctx
-            threading.Thread(target=self._syscall, args=(ctypes.c_long(destroy), ctx), name="sej-aio-destroy",
-                             daemon=True).start()  # fmt: skip
+            destroy, ctx = ctypes.c_long(self._nr[1]), self._ctx
+            # An interpreter that is exiting starts no thread: Python 3.11 waits forever in Thread.start
+            # (3.12 raises). An unclosed writer is closed just then, by its __del__: destroy it here.
+            if not sys.is_finalizing():
+                try:
+                    threading.Thread(target=self._syscall, args=(destroy, ctx), name="sej-aio-destroy",
+                                     daemon=True).start()  # fmt: skip
+                    return
+                except RuntimeError:  # no thread to be had (a thread limit, or shutdown began)
+                    pass
+            self._syscall(destroy, ctx)
 
     def __del__(self) -> None:
         if getattr(self, "_efd", -1) >= 0:

@@ -646,3 +646,34 @@ def test_sej_aio_0_turns_native_aio_off(tmp_path: Path, monkeypatch: pytest.Monk
     with sej.Writer(tmp_path / "j") as w:
         assert asyncio.run(one(w)) == 0
         assert w._lacks is None and w._acks is not None
+
+
+UNCLOSED_AT_EXIT = r"""
+import asyncio, sys
+import sej
+
+async def main(w):
+    return await w.append_async(b"durable", b"k")
+
+w = sej.Writer(sys.argv[1])
+assert asyncio.run(main(w)) == 0
+if sys.argv[2] == "cycle":  # collected only by the interpreter's last collection
+    box = [w]
+    box.append(box)
+    del box, w
+print("exiting", flush=True)
+"""
+
+
+@pytest.mark.parametrize("held", ["global", "cycle"])
+def test_a_process_that_never_closes_its_writer_exits(tmp_path: Path, held: str) -> None:
+    """The writer's __del__ closes it while the interpreter is finalizing, when no thread can start any more
+    (Python 3.11 then waits forever in Thread.start): the AIO context is destroyed in the caller there."""
+    d = tmp_path / "j"
+    try:
+        p = subprocess.run([sys.executable, "-W", "ignore::ResourceWarning", "-c", UNCLOSED_AT_EXIT, str(d), held],
+                           capture_output=True, text=True, timeout=scaled(30), cwd=REPO)  # fmt: skip
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"the process hung at exit: {e.stdout!r} {e.stderr!r}")
+    assert (p.returncode, p.stdout, p.stderr) == (0, "exiting\n", "")
+    assert all_values(d) == [b"durable"]
