@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import subprocess
@@ -168,6 +169,73 @@ def test_append_many_routes_like_append(tmp_path) -> None:
         other = os.path.join(str(tmp_path / "b"), os.path.basename(shard.path))
         for x, y in zip(sej.list_segments(shard.path), sej.list_segments(other)):
             assert open(x.path, "rb").read() == open(y.path, "rb").read()
+
+
+def _durable(w: ShardedWriter, shard: int) -> bool:
+    """Every byte the shard's writer has written is covered by a finished fsync."""
+    sw = w.open_shards[shard]
+    return sw._commit.durable >= sw._written
+
+
+def test_submit_and_append_async_route_like_append_and_resolve_once_fsynced(tmp_path) -> None:
+    keys = [b"k%d" % (i % 11) for i in range(120)]
+    values = [b"v%d" % i for i in range(120)]
+    delivered: list[tuple[object, object]] = []
+    with ShardedWriter(str(tmp_path / "a"), shard_bit=3) as a, ShardedWriter(str(tmp_path / "s"), shard_bit=3) as w:
+        plain = [a.append(v, key=k, timestamp=7) for v, k in zip(values, keys)]
+        futures = [w.submit(v, k, timestamp=7, on_delivery=lambda e, r: delivered.append((e, r)))
+                   for v, k in zip(values[:60], keys[:60])]  # fmt: skip
+        submitted = [f.result(timeout=scaled(30)) for f in futures]
+        assert all(_durable(w, shard) for shard, _ in submitted)
+
+        async def produce() -> list[tuple[int, int]]:
+            futs = [w.append_async(v, k, timestamp=7) for v, k in zip(values[60:], keys[60:])]
+            done = await asyncio.gather(*futs)
+            assert all(_durable(w, shard) for shard, _ in done)
+            return done
+
+        awaited = asyncio.run(asyncio.wait_for(produce(), scaled(30)))
+    assert submitted + awaited == plain  # same shards, same offsets, in the same order
+    assert sorted(r for _, r in delivered) == sorted(submitted) and all(e is None for e, _ in delivered)
+    for shard in list_shards(str(tmp_path / "a")):
+        other = os.path.join(str(tmp_path / "s"), os.path.basename(shard.path))
+        for x, y in zip(sej.list_segments(shard.path), sej.list_segments(other), strict=True):
+            assert open(x.path, "rb").read() == open(y.path, "rb").read()
+
+
+def test_sharded_acks_carry_a_failed_fsync_and_survive_a_cancelled_await(tmp_path, monkeypatch) -> None:
+    import errno
+
+    import sej.commit
+    from sej.aio import AioSync
+
+    monkeypatch.setattr(AioSync, "open", classmethod(lambda cls: None))  # fsyncs in the writer's thread
+
+    def eio(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    with ShardedWriter(str(tmp_path / "c"), shard_bit=2) as w:
+
+        async def cancel_one() -> tuple[int, int]:
+            fut = w.append_async(b"kept", b"key")
+            fut.cancel()
+            return await w.append_async(b"after", b"key")
+
+        shard, offset = asyncio.run(asyncio.wait_for(cancel_one(), scaled(30)))
+        assert offset == 1
+        with sej.Scanner(w.shard_dir(shard), 0, timeout=0) as s:
+            assert [m.value for m in s] == [b"kept", b"after"]
+    monkeypatch.setattr(sej.commit, "_fdatasync", eio)
+    got: list[tuple[object, object]] = []
+    w = ShardedWriter(str(tmp_path / "f"), shard_bit=2)
+    f = w.submit(b"lost", b"key", on_delivery=lambda e, r: got.append((e, r)))
+    with pytest.raises(sej.SyncError):
+        f.result(timeout=scaled(30))
+    assert len(got) == 1 and isinstance(got[0][0], sej.SyncError) and got[0][1] is None
+    with pytest.raises(sej.SyncError):
+        w.close()
+    with pytest.raises(sej.ClosedError):
+        w.submit(b"x", b"key")
 
 
 def test_writer_options_apply_to_every_shard_and_are_checked_first(tmp_path) -> None:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future
 from typing import Any
 
 import xxhash
 
+from ..acks import Delivery, _deliver
 from ..errors import ClosedError, InvalidArgumentError
 from ..fsutil import allow_open_files
 from ..layout import journal_path
@@ -25,6 +28,18 @@ def default_hash(key: bytes) -> int:
 
 ShardOffset = tuple[int, int]
 """Where a sharded append went: (shard index, offset in that shard)."""
+
+
+def _settle_routed(out: Future[ShardOffset] | asyncio.Future[ShardOffset], index: int, done: Any) -> None:
+    """Resolve `out` with (index, the shard's offset), or its error, once the shard's future `done` is."""
+    if out.done():  # an awaiting task was cancelled: the message is durable all the same
+        return
+    if done.cancelled():
+        out.cancel()
+    elif done.exception() is not None:
+        out.set_exception(done.exception())
+    else:
+        out.set_result((index, done.result()))
 
 
 class ShardedWriter:
@@ -98,6 +113,44 @@ class ShardedWriter:
             raise InvalidArgumentError(f"cannot route key {key!r}: {e}") from None
         w = self._writers[index] or self.writer(index)
         return index, w.append(value, key, type, timestamp)
+
+    def submit(
+        self,
+        value: bytes,
+        key: bytes = b"",
+        type: int = 0,
+        timestamp: int | None = None,
+        *,
+        on_delivery: Delivery | None = None,
+    ) -> Future[ShardOffset]:
+        """`Writer.submit` on the key's shard: a Future of (shard, offset), resolved once the message is fsynced.
+
+        `on_delivery(error, (shard, offset))` is called then, as by `Writer.submit`.
+        """
+        index, w = self._route(key)
+        out: Future[ShardOffset] = Future()
+        w.submit(value, key, type, timestamp).add_done_callback(lambda f: _settle_routed(out, index, f))
+        if on_delivery is not None:
+            out.add_done_callback(lambda f: _deliver(f, on_delivery))
+        return out
+
+    def append_async(
+        self, value: bytes, key: bytes = b"", type: int = 0, timestamp: int | None = None
+    ) -> asyncio.Future[ShardOffset]:
+        """`Writer.append_async` on the key's shard: appended now; an asyncio future of (shard, offset), done
+        once the message is fsynced. Each shard fsyncs on its own: one fsync per shard covers its messages."""
+        index, w = self._route(key)
+        inner = w.append_async(value, key, type, timestamp)
+        out: asyncio.Future[ShardOffset] = inner.get_loop().create_future()
+        inner.add_done_callback(lambda f: _settle_routed(out, index, f))
+        return out
+
+    def _route(self, key: bytes) -> tuple[int, Writer]:
+        try:
+            index = self._hash(key) & self._mask
+        except Exception as e:
+            raise InvalidArgumentError(f"cannot route key {key!r}: {e}") from None
+        return index, self._writers[index] or self.writer(index)
 
     def append_many(
         self,
