@@ -129,7 +129,10 @@ class LoopAcks:
     the woken producers run while the disk works. The AIO context is the writer's.
     """
 
-    __slots__ = ("loop", "pending", "busy", "fsyncs", "closed", "_aio", "_ref", "_inflight", "_token", "__weakref__")
+    __slots__ = (
+        "loop", "pending", "busy", "fsyncs", "closed", "_aio", "_ref", "_commit", "_dir", "_inflight", "_token",
+        "__weakref__",
+    )  # fmt: skip
 
     def __init__(self, writer: Writer, loop: asyncio.AbstractEventLoop, aio: AioSync) -> None:
         self.loop = loop
@@ -139,6 +142,10 @@ class LoopAcks:
         self.closed = False
         self._aio = aio
         self._ref = weakref.ref(writer)  # the loop must not keep an unclosed writer alive
+        # Held directly: a lead of the group commit is ended also once the writer is collected (its __del__
+        # closes it with its weak reference already dead). The commit refers to the writer weakly.
+        self._commit = writer._commit
+        self._dir = writer.dir
         # token -> (bytes written when it started, the segment's first offset, its futures)
         self._inflight: dict[int, tuple[int, int, list[tuple[asyncio.Future[Any], Any]]]] = {}
         self._token = 0
@@ -209,7 +216,7 @@ class LoopAcks:
             self._close_now()
             return
         with w._lock:  # fsyncs in flight are reaped under it only (see _complete, take)
-            settled, start = self._reaped(w, self._aio.reap())
+            settled, start = self._reaped(self._aio.reap())
         if start:
             self.kick()
         _settle_all(settled)
@@ -218,16 +225,17 @@ class LoopAcks:
         """For a thread that needs an fsync while this loop's is in flight: wait for it to end and end it
         (the loop may be that very thread, blocked in the call), then hand its futures to the loop."""
         w = self._ref()
-        if w is None:
+        if w is None:  # collected: no lock to take, and nothing appends any more
+            self.complete_locked()
             return
         with w._lock:
-            self.complete_locked(w)
+            self.complete_locked()
 
-    def complete_locked(self, w: Writer) -> None:
+    def complete_locked(self) -> None:
         """_complete, the writer's lock held (also by a rollover, before its own fsync)."""
         if not self._inflight:
             return  # the loop reaped it meanwhile
-        settled, start = self._reaped(w, self._aio.wait(len(self._inflight)))
+        settled, start = self._reaped(self._aio.wait(len(self._inflight)))
         try:
             if settled:
                 self.loop.call_soon_threadsafe(_settle_all, settled)
@@ -236,7 +244,7 @@ class LoopAcks:
         except RuntimeError:  # the loop is closed: nobody awaits these
             pass
 
-    def _reaped(self, w: Writer, done: list[tuple[int, int]]) -> tuple[list[Settled], bool]:
+    def _reaped(self, done: list[tuple[int, int]]) -> tuple[list[Settled], bool]:
         """End the fsyncs `done` reports; their batches and errors, and whether to start the next. Holds w._lock."""
         settled: list[Settled] = []
         if not done:  # a wake-up for an fsync another thread ended already (see _complete)
@@ -246,32 +254,30 @@ class LoopAcks:
             if item is None:
                 continue
             self.fsyncs += 1
-            self._end(w, item, err)
-            settled.append((item[2], w._commit.failed))  # also an error a rollover's fsync got meanwhile
+            self._end(item, err)
+            settled.append((item[2], self._commit.failed))  # also an error a rollover's fsync got meanwhile
         start = bool(settled) and bool(self.pending) and not self._inflight and not self.closed
         self.busy = bool(self._inflight) or start
         return settled, start
 
-    def _end(self, w: Writer, item: tuple[int, int, Any], err: int) -> None:
+    def _end(self, item: tuple[int, int, Any], err: int) -> None:
         """An fsync in flight ended with `err` (0: done): end its lead of the group commit. Holds w._lock."""
         ticket, first, _ = item
         failure: SyncError | None = None
         if err:
             cause = OSError(err, os.strerror(err))
-            failure = SyncError(f"fsync of {segment_path(w.dir, first)} failed: {cause}")
+            failure = SyncError(f"fsync of {segment_path(self._dir, first)} failed: {cause}")
             failure.__cause__ = cause
-        w._commit.end_lead(ticket, failure)
+        self._commit.end_lead(ticket, failure)
 
     def take(self) -> list[Pending]:
         """For close(): wait for the fsync in flight to end, stop, and return every future pending or in
         flight, as resolve() takes them; the caller's own fsync covers them. Holds the writer's lock."""
-        w = self._ref()
         self.closed = True
         if self._inflight:
             done = dict(self._aio.wait(len(self._inflight)))
-            if w is not None:
-                for token, item in self._inflight.items():
-                    self._end(w, item, done.get(token, 0))
+            for token, item in self._inflight.items():
+                self._end(item, done.get(token, 0))
         loop = self.loop
         out: list[Pending] = [(result, (loop, fut)) for fut, result in self.pending]
         for _, _, batch in self._inflight.values():

@@ -183,7 +183,7 @@ class Writer:
         seg = self._seg
         commit = self._commit
         if self._lacks is not None:
-            self._lacks.complete_locked(self)  # the loop's fsync in flight ends first
+            self._lacks.complete_locked()  # the loop's fsync in flight ends first
         commit.lead_locked(self._written)  # no other fsync of this file runs while this one does
         try:
             seg.sync()
