@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import os
 import struct
+import sys
 import threading
 import time
 import warnings
@@ -76,6 +77,7 @@ class Writer:
         "_commit",
         "_fd",
         "_fill",
+        "_forked_from",
         "_index",
         "_index_next",
         "_last_klen",
@@ -143,12 +145,14 @@ class Writer:
         self._lacks: LoopAcks | None = None  # append_async's futures on the loop that last asked (native AIO)
         self._aio: AioSync | None = None  # the native AIO context of _lacks, kept across event loops
         self._no_aio = False  # native AIO fsync refused once: append_async goes through _acks
+        self._forked_from: int | None = None  # the process that opened it, in a child forked since (see _disown)
         try:
             self._open_last(strict, start_offset)
         except BaseException:
             self._buf = None
             unlock_file(self._lock_fh)
             raise
+        _LIVE.add(self)
 
     # -- opening and rolling -------------------------------------------------
 
@@ -214,7 +218,7 @@ class Writer:
         try:
             buf = self._buf
             if buf is None:
-                raise ClosedError(f"writer of {self.dir} is closed")
+                raise self._closed_error()
             off = self._next
             fill = self._fill
             try:
@@ -254,7 +258,7 @@ class Writer:
         """
         buf = self._buf
         if buf is None:
-            raise ClosedError(f"writer of {self.dir} is closed")
+            raise self._closed_error()
         off = self._next
         fill = self._fill
         try:
@@ -359,7 +363,7 @@ class Writer:
     ) -> range:
         """Append the messages; their offsets. Holds self._lock."""
         if self._buf is None:
-            raise ClosedError(f"writer of {self.dir} is closed")
+            raise self._closed_error()
         first = self._next
         i = 0
         n = len(vals)
@@ -428,7 +432,7 @@ class Writer:
             # Python (64 producers, fsync a no-op: 386k against 417k msg/s).
             buf = self._buf
             if buf is None:
-                raise ClosedError(f"writer of {self.dir} is closed")
+                raise self._closed_error()
             off = self._next
             fill = self._fill
             try:
@@ -671,7 +675,7 @@ class Writer:
         """Hand every appended message to the OS: readers see it, a crash of this process keeps it."""
         with self._lock:
             if self._buf is None:
-                raise ClosedError(f"writer of {self.dir} is closed")
+                raise self._closed_error()
             self._check_lock()
             self._spill()  # the index after the data it points to
 
@@ -679,7 +683,7 @@ class Writer:
         """flush(), then fsync: every appended message survives a power loss."""
         with self._lock:
             if self._buf is None:
-                raise ClosedError(f"writer of {self.dir} is closed")
+                raise self._closed_error()
             self._check_lock()
             self._spill()  # the index after the data it points to
             ticket = self._written
@@ -728,10 +732,16 @@ class Writer:
             ticket = self._written
             self._buf = None  # closing: nothing more is appended
         try:
-            if self._acks is not None:
-                self._acks.stop()
-                self._acks.join()  # its last fsync done: no thread uses the files any more
-            self._wait_durable(ticket)
+            if sys.is_finalizing():
+                # Closed by __del__ at exit: daemon threads stop for good at their next Python step now, and a
+                # committer stopped while it led the group commit would be waited for forever. Fsync here.
+                with self._lock:
+                    self._seg.sync()
+            else:
+                if self._acks is not None:
+                    self._acks.stop()
+                    self._acks.join()  # its last fsync done: no thread uses the files any more
+                self._wait_durable(ticket)
         except BaseException as e:
             fail(left, e)
             with self._lock:
@@ -740,6 +750,29 @@ class Writer:
         with self._lock:
             self._release(flush_index=True)
         resolve(left)
+
+    def _closed_error(self) -> ClosedError:
+        if self._forked_from is not None:
+            return ClosedError(f"writer of {self.dir} belongs to process {self._forked_from}, which this process "
+                               "was forked from: open a Writer in this process instead")  # fmt: skip
+        return ClosedError(f"writer of {self.dir} is closed")
+
+    def _disown(self) -> None:
+        """In a child forked from the writer's process: closed for this process without writing or unlocking.
+
+        The buffer, the files and the lock are the parent's. Closing as usual here would write the
+        parent's buffered messages a second time and release the parent's lock (flock locks belong to
+        the open file, which both processes share). The descriptors stay open until collected: closing
+        a descriptor does not release the parent's lock.
+        """
+        if self._buf is None:
+            return
+        self._forked_from = os.getppid()
+        self._lock = threading.Lock()  # a thread of the parent may have held it when it forked
+        self._buf = None
+        self._acks = None  # its thread was not forked
+        self._lacks = None
+        self._aio = None  # an AIO context belongs to the process that made it
 
     def _release(self, flush_index: bool) -> None:
         """Close the files and release the lock. Holds self._lock."""
@@ -792,6 +825,19 @@ def _many_args(
     except (struct.error, TypeError, OverflowError) as e:
         raise _bad_input(0, timestamp, type, b"", b"", e) from None
     return vals, keyseq, timestamp
+
+
+_LIVE: weakref.WeakSet[Writer] = weakref.WeakSet()
+"""The writers open in this process, for a child forked from it."""
+
+
+def _after_fork_in_child() -> None:
+    for w in list(_LIVE):
+        w._disown()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _position_of(ref: weakref.ReferenceType[Writer]) -> Callable[[], tuple[int, int]]:
