@@ -21,6 +21,7 @@ results to the loop.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import threading
 import weakref
@@ -34,6 +35,8 @@ from .layout import segment_path
 
 if TYPE_CHECKING:
     from .writer import Writer
+
+log = logging.getLogger("sej.acks")
 
 Delivery = Callable[[BaseException | None, Any], object]
 """`on_delivery(error, offsets)`: error None and the offset (or range) once durable, or the error and None."""
@@ -327,7 +330,7 @@ def resolve(batch: list[Pending]) -> None:
     loops: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any]]] = {}
     for result, target in batch:
         if isinstance(target, Future):
-            target.set_result(result)
+            _set(target, result, None)
         else:
             loops.setdefault(target[0], []).append((target[1], result))
     _hand_over(loops, None)
@@ -337,10 +340,22 @@ def fail(batch: list[Pending], error: BaseException) -> None:
     loops: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any]]] = {}
     for _, target in batch:
         if isinstance(target, Future):
-            target.set_exception(error)
+            _set(target, None, error)
         else:
             loops.setdefault(target[0], []).append((target[1], None))
     _hand_over(loops, error)
+
+
+def _set(f: Future[Any], result: Any, error: BaseException | None) -> None:
+    """Resolve `f`. Its done-callbacks run here: one that raises what concurrent.futures lets through
+    (SystemExit, KeyboardInterrupt) is logged, so the rest of the batch is resolved and the thread lives on."""
+    try:
+        if error is None:
+            f.set_result(result)
+        else:
+            f.set_exception(error)
+    except BaseException:
+        log.exception("a done-callback of an acknowledgement future raised")
 
 
 def _hand_over(loops: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any]]],

@@ -229,3 +229,22 @@ def test_acks_thread_does_not_keep_a_dropped_writer_alive(jdir: str) -> None:
     assert not thread.is_alive()
     with sej.Writer(jdir) as again:  # the lock was released by the collected writer's close
         assert again.next_offset == 1
+
+
+@pytest.mark.parametrize("raised", [SystemExit(0), KeyboardInterrupt()])
+def test_a_callback_that_raises_systemexit_leaves_the_other_futures_and_the_thread_alive(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, raised: BaseException
+) -> None:
+    """concurrent.futures catches only Exception from done-callbacks: anything else used to end the
+    committer thread with the rest of its batch unresolved, and every later future with it."""
+
+    def stop(err: BaseException | None, off: object) -> None:
+        raise raised
+
+    with sej.Writer(tmp_path / "j") as w:
+        f1 = w.submit(b"one", on_delivery=stop)
+        f2 = w.submit(b"two")  # likely in f1's batch, resolved after f1's callbacks
+        assert f1.result(timeout=scaled(30)) == 0
+        assert f2.result(timeout=scaled(30)) == 1
+        assert w.submit(b"three").result(timeout=scaled(30)) == 2  # the thread lives on
+    assert "a done-callback of an acknowledgement future raised" in caplog.text
