@@ -105,10 +105,14 @@ def walk(
         if f.problem is None:
             continue
         if f.problem.incomplete and pos + (n - f.used) < size:
-            # The frame continues past this chunk. Its header is here (a chunk holds any header):
-            # check it by its trailing size field instead of reading it whole, however big it is.
+            # The frame continues past this chunk: check it by its trailing size field instead of
+            # reading it whole, however big it is.
             total = frame_total(data, f.used, n)
-            assert total is not None, "a whole chunk holds any frame header"
+            if total is None:
+                # The chunk ends inside the frame's header: read on from the frame's start (pos moved:
+                # a chunk that starts at a frame holds its whole header).
+                assert f.used > 0, "a chunk that starts at a frame holds its header"
+                continue
             if pos + total <= size:
                 trailer = os.pread(fd, 4, pos + total - 4)
                 if len(trailer) == 4 and I32.unpack(trailer)[0] == total:

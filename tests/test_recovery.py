@@ -6,6 +6,7 @@ import glob
 import os
 import struct
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -170,3 +171,38 @@ def test_next_offset_helper_ignores_a_torn_tail_without_changing_it(jdir: str) -
     assert sej.next_offset(jdir) == 50
     assert [m.offset for m in sej.last_messages(jdir, 3)] == [47, 48, 49]
     assert os.path.getsize(seg) == size
+
+
+def _straddling_value_sizes() -> list[int]:
+    """Value sizes whose frames put some header across the walker's chunk boundary (sej.segment.CHUNK),
+    one for each byte of the header it can be cut after."""
+    from sej.frames import HEADER_SIZE, OVERHEAD
+    from sej.segment import CHUNK
+
+    found: dict[int, int] = {}
+    for v in range(40, 4000):
+        cut = CHUNK % (v + OVERHEAD)  # where the chunk boundary falls in the frame that crosses it
+        if 0 < cut < HEADER_SIZE + 4 and cut not in found:  # inside the header or the value size after it
+            found[cut] = v
+    return sorted(found.values())
+
+
+@pytest.mark.parametrize("value_size", _straddling_value_sizes())
+def test_a_writer_reopens_a_journal_whose_index_is_gone_when_a_header_straddles_a_chunk(
+    tmp_path: Path, value_size: int
+) -> None:
+    """The index is never fsynced: after a power loss the writer walks the segment from its start, a chunk at
+    a time (it failed with AssertionError when a chunk ended inside a frame's header)."""
+    from sej.frames import OVERHEAD
+    from sej.segment import CHUNK
+
+    d = tmp_path / "j"
+    n = CHUNK // (value_size + OVERHEAD) + 3
+    with sej.Writer(d) as w:
+        w.append_many([bytes([i % 251]) * value_size for i in range(n)])
+    for f in (d / "idx").glob("*.idx"):
+        f.unlink()
+    with sej.Writer(d) as w:
+        assert (w.next_offset, w.recovered) == (n, None)
+    with sej.Scanner(d, 0, timeout=0) as s:
+        assert [len(m.value) for m in s] == [value_size] * n
