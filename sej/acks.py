@@ -387,7 +387,10 @@ def _settle_here(items: list[tuple[asyncio.Future[Any], Any]]) -> None:
 
 def _deliver(done: Future[Any], on_delivery: Delivery) -> None:
     e = done.exception()
-    on_delivery(e, None if e is not None else done.result())
+    try:
+        on_delivery(e, None if e is not None else done.result())
+    except BaseException:  # concurrent.futures would skip the future's later callbacks for a SystemExit
+        log.exception("on_delivery callback %r raised", on_delivery)
 
 
 __all__ = ["Acks", "Delivery", "LoopAcks", "Pending", "fail", "resolve"]

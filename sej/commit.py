@@ -129,6 +129,12 @@ class GroupCommit:
                 self._waiting.pop(0)[1].set()
             self._close_retired()
 
+    def use_position(self, position: Callable[[], tuple[int, int]]) -> Callable[[], tuple[int, int]]:
+        """Use `position` from now on; the one it replaces. (A writer closed by its __del__ can no longer be
+        reached through the weak reference its usual position() holds.)"""
+        old, self._position = self._position, position
+        return old
+
     def fail(self, err: SyncError) -> None:
         """An fsync failed: this and every later wait raise `err` (the first such error is kept)."""
         with self.lock:

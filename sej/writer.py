@@ -17,6 +17,8 @@ the next one, and a new segment's directory entry is fsynced when it is created.
 from __future__ import annotations
 
 import asyncio
+import atexit
+import logging
 import os
 import struct
 import sys
@@ -741,7 +743,12 @@ class Writer:
                 if self._acks is not None:
                     self._acks.stop()
                     self._acks.join()  # its last fsync done: no thread uses the files any more
-                self._wait_durable(ticket)
+                # A strong reference while this waits: in __del__ the weak one is dead already.
+                weak = self._commit.use_position(lambda: (self._written, self._fd))
+                try:
+                    self._wait_durable(ticket)
+                finally:
+                    self._commit.use_position(weak)  # no reference cycle left behind
         except BaseException as e:
             fail(left, e)
             with self._lock:
@@ -769,6 +776,9 @@ class Writer:
             return
         self._forked_from = os.getppid()
         self._lock = threading.Lock()  # a thread of the parent may have held it when it forked
+        # Closing a descriptor releases no lock the parent holds through its own; kept open, it would
+        # keep the journal locked after the parent dies, for as long as this child lives.
+        self._lock_fh.close()
         self._buf = None
         self._acks = None  # its thread was not forked
         self._lacks = None
@@ -836,8 +846,20 @@ def _after_fork_in_child() -> None:
         w._disown()
 
 
+def _close_at_exit() -> None:
+    """Close the writers still open when the interpreter exits, while threads still run (atexit): leaving
+    it to __del__ fails where a daemon thread keeps a writer's module, or the writer, alive."""
+    for w in list(_LIVE):
+        if not w.closed:
+            try:
+                w.close()
+            except Exception:
+                logging.getLogger("sej.writer").exception("closing %r at exit failed", w)
+
+
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(_close_at_exit)
 
 
 def _position_of(ref: weakref.ReferenceType[Writer]) -> Callable[[], tuple[int, int]]:

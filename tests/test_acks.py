@@ -243,8 +243,26 @@ def test_a_callback_that_raises_systemexit_leaves_the_other_futures_and_the_thre
 
     with sej.Writer(tmp_path / "j") as w:
         f1 = w.submit(b"one", on_delivery=stop)
+        seen = threading.Event()
+        f1.add_done_callback(lambda _: seen.set())  # the caller's own, after on_delivery's
         f2 = w.submit(b"two")  # likely in f1's batch, resolved after f1's callbacks
         assert f1.result(timeout=scaled(30)) == 0
+        assert seen.wait(scaled(30)), "the future's later callbacks were skipped"
         assert f2.result(timeout=scaled(30)) == 1
         assert w.submit(b"three").result(timeout=scaled(30)) == 2  # the thread lives on
+    assert "on_delivery callback" in caplog.text and type(raised).__name__ in caplog.text  # logged, not lost
+
+    me = threading.current_thread()
+
+    def caller_stops(_: object) -> None:
+        if threading.current_thread() is not me:  # run here at once if f1 was resolved already
+            raise raised
+
+    with sej.Writer(tmp_path / "k") as w:  # the caller's own done-callback, which sej does not wrap
+        f1 = w.submit(b"one")
+        f1.add_done_callback(caller_stops)
+        f2 = w.submit(b"two")
+        assert f1.result(timeout=scaled(30)) == 0
+        assert f2.result(timeout=scaled(30)) == 1
+        assert w.submit(b"three").result(timeout=scaled(30)) == 2
     assert "a done-callback of an acknowledgement future raised" in caplog.text

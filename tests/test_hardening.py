@@ -488,7 +488,7 @@ def test_the_writer_never_follows_a_link_or_opens_a_fifo_at_its_index_path(jdir:
         pass
     os.replace(ipath, ipath + ".away")
     os.symlink(target, ipath)
-    for i in range(100):  # past an index entry (every 4 KiB)
+    for _ in range(100):  # past an index entry (every 4 KiB)
         w.append(b"v" * 100)
     with pytest.raises(sej.UnsafeFileError) as e:
         w.flush()

@@ -175,7 +175,7 @@ def test_next_offset_helper_ignores_a_torn_tail_without_changing_it(jdir: str) -
 
 def _straddling_value_sizes() -> list[int]:
     """Value sizes whose frames put some header across the walker's chunk boundary (sej.segment.CHUNK),
-    one for each byte of the header it can be cut after."""
+    one for each distinct place in the header (or the value size after it) that a size under 4000 cuts."""
     from sej.frames import HEADER_SIZE, OVERHEAD
     from sej.segment import CHUNK
 

@@ -107,3 +107,109 @@ def test_a_forked_child_neither_writes_nor_unlocks_its_parents_writer(tmp_path: 
     assert lines[1:] == ["child exit 0", "still locked"]
     expect = [b"parent-1"] + [b"s"] * (200 if mode == "submit" else 0) + [b"parent-2"]
     assert values(d) == expect
+
+
+def test_a_writer_collected_in_a_reference_cycle_is_fsynced_and_unlocked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its __del__ runs with its weak references dead: close() must still lead its own fsync."""
+    import gc
+    import warnings
+
+    import sej.commit
+
+    fsyncs: list[int] = []
+    real = sej.commit._fdatasync
+
+    def counted(fd: int) -> None:
+        real(fd)
+        fsyncs.append(fd)
+
+    d = tmp_path / "j"
+
+    class Holder:
+        pass
+
+    h = Holder()
+    h.w = sej.Writer(d)  # type: ignore[attr-defined]
+    h.self = h  # type: ignore[attr-defined]
+    h.w.append(b"buffered")  # type: ignore[attr-defined]
+    monkeypatch.setattr(sej.commit, "_fdatasync", counted)
+    del h
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
+    assert fsyncs, "closed without an fsync"
+    assert values(d) == [b"buffered"]
+    with sej.Writer(d) as again:  # unlocked
+        assert again.next_offset == 1
+
+
+DAEMON_AT_EXIT = r"""
+import sys, threading, time
+import sej
+
+w = sej.Writer(sys.argv[1])
+for i in range(1000):
+    w.append(b"m%d" % i)  # buffered, never flushed
+
+def heartbeat():  # any daemon thread of this module keeps its globals, and so the writer, alive at exit
+    while True:
+        time.sleep(1)
+
+threading.Thread(target=heartbeat, daemon=True).start()
+print("exiting", flush=True)
+"""
+
+
+def test_an_unclosed_writer_is_closed_at_exit_even_with_a_daemon_thread_running(tmp_path: Path) -> None:
+    d = tmp_path / "j"
+    p = run_python(DAEMON_AT_EXIT, str(d), timeout=scaled(30))
+    assert (p.returncode, p.stdout, p.stderr) == (0, "exiting\n", "")
+    assert values(d) == [b"m%d" % i for i in range(1000)]
+
+
+FORK_AND_DIE = r"""
+import os, sys, time
+import sej
+
+w = sej.Writer(sys.argv[1])
+w.append(b"parent")
+w.flush()
+child = os.fork()
+if child == 0:
+    print("child forked", flush=True)  # its at-fork hooks have run
+    sys.stdin.read()  # lives until the test closes our stdin
+    os._exit(0)
+print(child, flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_forked_child_that_outlives_its_parent_does_not_keep_the_journal_locked(tmp_path: Path) -> None:
+    """The parent is SIGKILLed; its producer is restarted while the forked child still runs."""
+    import os
+    import signal
+
+    from .conftest import popen_python
+
+    d = tmp_path / "j"
+    parent = popen_python(FORK_AND_DIE, str(d), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert parent.stdout is not None and parent.stdin is not None
+    lines = sorted(parent.stdout.readline().strip() for _ in range(2))  # the two processes, in any order
+    assert lines[1] == "child forked", lines
+    child = int(lines[0])
+    try:
+        with pytest.raises(sej.LockedError):
+            sej.Writer(d)  # the parent holds it
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(timeout=scaled(30))
+        os.kill(child, 0)  # still alive
+        with sej.Writer(d) as restarted:
+            assert restarted.next_offset == 1
+    finally:
+        parent.stdin.close()  # the child's stdin too: it exits
+        try:
+            os.kill(child, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

@@ -129,6 +129,7 @@ class ShardedWriter:
         """
         index, w = self._route(key)
         out: Future[ShardOffset] = Future()
+        out.set_running_or_notify_cancel()  # as Writer.submit's: the message is written whatever happens
         w.submit(value, key, type, timestamp).add_done_callback(lambda f: _settle_routed(out, index, f))
         if on_delivery is not None:
             out.add_done_callback(lambda f: _deliver(f, on_delivery))
