@@ -543,13 +543,16 @@ class Writer:
         """The pending futures and the bytes written once their messages are handed to the OS."""
         with self._lock:
             batch = acks.take()
+            error: BaseException | None = None
             if batch and self._buf is not None:
                 try:
                     self._spill()
                 except BaseException as e:  # lock lost, disk full: these messages are not durable
-                    fail(batch, e)
-                    return [], 0
-            return batch, self._written
+                    error = e
+            if error is None:
+                return batch, self._written
+        fail(batch, error)  # without the lock: an on_delivery callback may append again
+        return [], 0
 
     def _encode_run(
         self,
@@ -729,10 +732,14 @@ class Writer:
                 self._index.flush()
             except BaseException as e:
                 self._release(flush_index=False)
-                fail(left, e)
-                raise
+                error: BaseException | None = e
+            else:
+                error = None
             ticket = self._written
             self._buf = None  # closing: nothing more is appended
+        if error is not None:
+            fail(left, error)  # without the lock: an on_delivery callback may call the writer
+            raise error
         try:
             if sys.is_finalizing():
                 # Closed by __del__ at exit: daemon threads stop for good at their next Python step now, and a
@@ -846,15 +853,25 @@ def _after_fork_in_child() -> None:
         w._disown()
 
 
+EXIT_WAIT = 10.0
+"""Seconds the exit waits for a writer another thread is using before it closes it."""
+
+
 def _close_at_exit() -> None:
     """Close the writers still open when the interpreter exits, while threads still run (atexit): leaving
     it to __del__ fails where a daemon thread keeps a writer's module, or the writer, alive."""
+    log = logging.getLogger("sej.writer")
     for w in list(_LIVE):
-        if not w.closed:
-            try:
-                w.close()
-            except Exception:
-                logging.getLogger("sej.writer").exception("closing %r at exit failed", w)
+        if w.closed:
+            continue
+        if not w._lock.acquire(timeout=EXIT_WAIT):  # a thread stuck holding it must not hang the exit
+            log.error("%r was still busy %g s into the exit: not closed", w, EXIT_WAIT)
+            continue
+        w._lock.release()
+        try:
+            w.close()
+        except Exception:
+            log.exception("closing %r at exit failed", w)
 
 
 if hasattr(os, "register_at_fork"):

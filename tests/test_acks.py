@@ -266,3 +266,44 @@ def test_a_callback_that_raises_systemexit_leaves_the_other_futures_and_the_thre
         assert f2.result(timeout=scaled(30)) == 1
         assert w.submit(b"three").result(timeout=scaled(30)) == 2
     assert "a done-callback of an acknowledgement future raised" in caplog.text
+
+
+def test_on_delivery_may_call_the_writer_when_its_messages_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failure found while handing messages to the OS (here: the lock file deleted) is delivered without
+    the writer's lock held: a callback that retries, as Kafka producers' do, used to deadlock the writer."""
+    import sej.writer
+
+    monkeypatch.setattr(sej.writer, "LOCK_CHECK_INTERVAL", 0.0)  # every write checks the lock
+    d = tmp_path / "j"
+    w = sej.Writer(d)
+    assert w.submit(b"ok").result(timeout=scaled(30)) == 0
+    retries: list[Future[int]] = []
+    retried = threading.Event()
+
+    def retry(err: BaseException | None, offset: object) -> None:
+        assert err is not None
+        retries.append(w.submit(b"retry"))
+        retried.set()
+
+    (d / "jnl.lck").unlink()
+    f = w.submit(b"x", on_delivery=retry)
+    with pytest.raises(sej.LockLostError):
+        f.result(timeout=scaled(30))
+    assert retried.wait(scaled(30)), "the callback's submit never returned"
+    with pytest.raises(sej.LockLostError):
+        retries[0].result(timeout=scaled(30))
+    appended = threading.Event()
+
+    def append_elsewhere() -> None:
+        try:
+            w.append(b"y")
+        except sej.SejError:
+            pass
+        appended.set()
+
+    threading.Thread(target=append_elsewhere, daemon=True).start()
+    assert appended.wait(scaled(30)), "the writer stayed locked"
+    with pytest.raises(sej.LockLostError):
+        w.close()

@@ -178,10 +178,10 @@ w.append(b"parent")
 w.flush()
 child = os.fork()
 if child == 0:
-    print("child forked", flush=True)  # its at-fork hooks have run
+    os.write(1, b"child forked\n")  # its at-fork hooks have run (one write: lines do not interleave)
     sys.stdin.read()  # lives until the test closes our stdin
     os._exit(0)
-print(child, flush=True)
+os.write(1, b"%d\n" % child)
 sys.stdin.read()
 """
 
