@@ -213,3 +213,45 @@ def test_a_forked_child_that_outlives_its_parent_does_not_keep_the_journal_locke
             os.kill(child, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+FORK_SHARDED = r"""
+import os, sys
+import sej
+from sej.shard.group import Membership
+
+root, journal = sys.argv[1], sys.argv[2]
+sw = sej.ShardedWriter(root, "s", shard_bit=1)
+sw.writer(0).append(b"parent")
+with sej.Writer(journal) as w:
+    w.append(b"m")
+reader = sej.Offset(journal, "r1")
+member = Membership(root, "g1")
+pid = os.fork()
+if pid == 0:
+    try:
+        sw.writer(1)  # a shard the parent has not opened: it would take that shard's lock
+    except sej.ClosedError as e:
+        print("child:", e, flush=True)
+    sw.close()
+    reader.close()
+    member.close()
+    os._exit(0)
+os.waitpid(pid, 0)
+print("member file kept", os.path.exists(member.path), flush=True)
+print("parent opens shard 1", sw.writer(1).next_offset, flush=True)
+sys.stdout.flush()
+import subprocess
+r = subprocess.run([sys.executable, "-c", "import sej, sys; sej.Offset(sys.argv[1], 'r1')", journal],
+                   capture_output=True, text=True)
+print("reader still locked", "LockedError" in r.stderr, flush=True)
+sw.close()
+"""
+
+
+def test_a_forked_child_leaves_its_parents_shards_reader_lock_and_group_membership_alone(tmp_path: Path) -> None:
+    p = run_python(FORK_SHARDED, str(tmp_path / "root"), str(tmp_path / "j"), timeout=scaled(60))
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[0].startswith("child: sharded writer of ") and "forked from" in lines[0], lines
+    assert lines[1:] == ["member file kept True", "parent opens shard 1 0", "reader still locked True"]

@@ -46,7 +46,8 @@ class Membership:
         self.dir = group_dir(root, reader)
         os.makedirs(self.dir, exist_ok=True)
         host = re.sub(r"[^A-Za-z0-9_-]", "_", socket.gethostname())[:40] or "host"
-        self.id = f"{host}-{os.getpid()}-{secrets.token_hex(4)}"
+        self._pid = os.getpid()
+        self.id = f"{host}-{self._pid}-{secrets.token_hex(4)}"
         temp = os.path.join(self.dir, f".{self.id}.tmp")
         self.path = os.path.join(self.dir, self.id + MEMBER_SUFFIX)
         self._fh: IO[str] | None = lock_file(temp)  # a fresh name: never held by anyone else
@@ -89,8 +90,13 @@ class Membership:
         return alive
 
     def close(self) -> None:
-        """Leave the group. Idempotent."""
+        """Leave the group. Idempotent. In a child forked since it joined, the membership stays the parent's:
+        only this process's copy of its file is closed."""
         if self._fh is not None:
+            if os.getpid() != self._pid:
+                self._fh.close()
+                self._fh = None
+                return
             try:
                 os.unlink(self.path)
             except FileNotFoundError:

@@ -77,6 +77,7 @@ class ShardedWriter:
         self._writers: list[Writer | None] = [None] * (1 << shard_bit)
         self._open_lock = threading.Lock()
         self._closed = False
+        self._pid = os.getpid()  # a child forked since opens no shard and closes none (see Writer._disown)
 
     def shard_of(self, key: bytes) -> int:
         """The shard index a message with this key goes to."""
@@ -94,6 +95,9 @@ class ShardedWriter:
         w = self._writers[index]
         if w is not None:
             return w
+        if os.getpid() != self._pid:  # its shard locks would lock the parent out of them
+            raise ClosedError(f"sharded writer of {self.root} belongs to process {self._pid}, which this process "
+                              "was forked from: open a ShardedWriter in this process instead")  # fmt: skip
         with self._open_lock:
             if self._closed:
                 raise ClosedError(f"sharded writer of {self.root} is closed")
@@ -195,6 +199,9 @@ class ShardedWriter:
 
     def close(self) -> None:
         """Close every open shard (each flushes and fsyncs). Idempotent."""
+        if os.getpid() != self._pid:  # the shards are the parent's; a parent's thread may have held the lock
+            self._closed = True
+            return
         with self._open_lock:
             self._closed = True
         errors = []
