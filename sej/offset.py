@@ -213,7 +213,6 @@ class Offset:
         os.makedirs(offset_dir(self.dir), exist_ok=True)
         self.path = reader_offset_path(self.dir, name)
         self._lock_fh: IO[str] | None = lock_file(reader_lock_path(self.dir, name))
-        self._pid = os.getpid()
         try:
             ofs = open_dir(offset_dir(self.dir), follow=True)
             try:
@@ -272,13 +271,9 @@ class Offset:
         self._created = False
 
     def close(self) -> None:
-        """Release the reader's lock. Idempotent. In a child forked since it was opened, only this process's
-        copy of the lock file is closed: the lock (of the open file both share) stays the parent's."""
+        """Release the reader's lock (not in a child forked since: see unlock_file). Idempotent."""
         if self._lock_fh is not None:
-            if os.getpid() == self._pid:
-                unlock_file(self._lock_fh)
-            else:
-                self._lock_fh.close()
+            unlock_file(self._lock_fh)
             self._lock_fh = None
 
     def __enter__(self) -> Offset:

@@ -775,17 +775,14 @@ class Writer:
         """In a child forked from the writer's process: closed for this process without writing or unlocking.
 
         The buffer, the files and the lock are the parent's. Closing as usual here would write the
-        parent's buffered messages a second time and release the parent's lock (flock locks belong to
-        the open file, which both processes share). The descriptors stay open until collected: closing
-        a descriptor does not release the parent's lock.
+        parent's buffered messages a second time. The segment's descriptors stay open until collected.
         """
         if self._buf is None:
             return
         self._forked_from = os.getppid()
         self._lock = threading.Lock()  # a thread of the parent may have held it when it forked
-        # Closing a descriptor releases no lock the parent holds through its own; kept open, it would
-        # keep the journal locked after the parent dies, for as long as this child lives.
-        self._lock_fh.close()
+        # Kept open, the child's copy would keep the journal locked after the parent dies.
+        unlock_file(self._lock_fh)  # closes only this copy (see unlock_file)
         self._buf = None
         self._acks = None  # its thread was not forked
         self._lacks = None
@@ -845,7 +842,7 @@ def _many_args(
 
 
 _LIVE: weakref.WeakSet[Writer] = weakref.WeakSet()
-"""The writers open in this process, for a child forked from it."""
+"""The writers open in this process: disowned in a child forked from it, closed at exit."""
 
 
 def _after_fork_in_child() -> None:

@@ -93,15 +93,12 @@ class Membership:
         """Leave the group. Idempotent. In a child forked since it joined, the membership stays the parent's:
         only this process's copy of its file is closed."""
         if self._fh is not None:
-            if os.getpid() != self._pid:
-                self._fh.close()
-                self._fh = None
-                return
-            try:
-                os.unlink(self.path)
-            except FileNotFoundError:
-                pass
-            unlock_file(self._fh)
+            if os.getpid() == self._pid:
+                try:
+                    os.unlink(self.path)
+                except FileNotFoundError:
+                    pass
+            unlock_file(self._fh)  # in a forked child, closes only its copy
             self._fh = None
 
 

@@ -36,8 +36,8 @@ def _settle_routed(out: Future[ShardOffset] | asyncio.Future[ShardOffset], index
         return
     if done.cancelled():
         out.cancel()
-    elif done.exception() is not None:
-        out.set_exception(done.exception())
+    elif (e := done.exception()) is not None:
+        out.set_exception(e)
     else:
         out.set_result((index, done.result()))
 
