@@ -6,6 +6,7 @@ import configparser
 import os
 import re
 import shutil
+import site
 import subprocess
 import sys
 import sysconfig
@@ -136,11 +137,29 @@ def test_sej_hub_print_writes_the_files_with_this_installation_s_paths(tmp_path:
     assert p.returncode == 0 and loads_config(p.stdout).hub_root == "/var/lib/sej-hub"
 
 
+def this_interpreter_s_site_dirs() -> list[str]:
+    """Where this interpreter finds sej's dependencies: its site-packages (a venv's, and the base's if the venv
+    sees them), and the user's."""
+    dirs = site.getsitepackages()
+    if site.ENABLE_USER_SITE:
+        dirs.append(site.getusersitepackages())
+    return [d for d in dirs if os.path.isdir(d)]
+
+
 def test_sej_hub_print_in_a_venv_names_the_venv_s_bin(tmp_path: Path) -> None:
     """A venv's interpreter (sys.prefix is the venv): its bin/, where `pip install` in it puts sej-hub."""
-    venv = [sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(tmp_path / "venv")]
-    subprocess.run(venv, check=True, timeout=scaled(60))
-    p = print_file("unit", python=str(tmp_path / "venv" / "bin" / "python"))
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=scaled(60))
+    python = str(venv / "bin" / "python")
+    # The new venv sees the packages this interpreter sees, whether this one is a venv or the system's:
+    # --system-site-packages would give it only the base interpreter's, without sej's dependencies when
+    # the suite runs in a venv (issue 38). addsitedir also reads their .pth files (editable installs).
+    purelib = run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], check=True).stdout.strip()
+    lines = [f"import site; site.addsitedir({d!r})\n" for d in this_interpreter_s_site_dirs()]
+    Path(purelib, "this-interpreter-s-site.pth").write_text("".join(lines))
+    p = run([python, "-c", "import sys, xxhash, click, sej; print(sys.prefix)"])
+    assert p.returncode == 0 and p.stdout.strip() == str(venv), p.stderr
+    p = print_file("unit", python=python)
     assert p.returncode == 0, p.stderr
     assert unit_settings(p.stdout)["Service"]["ExecStart"] == f"{tmp_path}/venv/bin/sej-hub --config /etc/sej/hub.toml"
 
