@@ -1,4 +1,4 @@
-"""Exclusive, non-blocking file locks (portalocker) for writers and readers."""
+"""Exclusive, non-blocking file locks (portalocker) for writers and readers, and directory locks for writers."""
 
 from __future__ import annotations
 
@@ -9,7 +9,12 @@ from typing import IO
 import portalocker
 
 from .errors import LockedError
-from .fsutil import open_lock_file
+from .fsutil import open_dir, open_lock_file
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no directory locks
+    fcntl = None  # type: ignore[assignment]
 
 _LOCKED_BY: weakref.WeakKeyDictionary[IO[str], int] = weakref.WeakKeyDictionary()
 """The process that took each lock: a child forked since shares the open file, and with it the lock."""
@@ -42,3 +47,45 @@ def unlock_file(fh: IO[str]) -> None:
             portalocker.unlock(fh)
     finally:
         fh.close()
+
+
+class DirLock:
+    """An exclusive flock on a directory: unlike a lock file's, no deletion or rename can take it away."""
+
+    __slots__ = ("path", "fd", "_pid")
+
+    def __init__(self, path: str, fd: int) -> None:
+        self.path = path
+        self.fd = fd
+        self._pid = os.getpid()
+
+    def release(self) -> None:
+        """Unlock and close. In a child forked since the lock was taken, only close the child's copy:
+        unlocking there would release the parent's lock. Idempotent."""
+        fd, self.fd = self.fd, -1
+        if fd < 0:
+            return
+        try:
+            if self._pid == os.getpid():
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+
+def lock_dir(path: str) -> DirLock | None:
+    """Exclusively flock the directory `path` (never through a symlink); LockedError if held.
+
+    None where flock is missing (not POSIX). UnsafeFileError if `path` is a symlink or no directory.
+    """
+    if fcntl is None:
+        return None
+    fd = open_dir(path)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise LockedError(path) from None
+    except BaseException:
+        os.close(fd)
+        raise
+    return DirLock(path, fd)

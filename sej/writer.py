@@ -43,7 +43,7 @@ from .layout import (
     segment_dir,
     writer_lock_path,
 )
-from .lock import lock_file, unlock_file
+from .lock import DirLock, lock_dir, lock_file, unlock_file
 from .message import check_fields
 
 Durability = Literal["buffered", "flush", "sync"]
@@ -77,6 +77,7 @@ class Writer:
         "_buf",
         "_buffer_size",
         "_commit",
+        "_dir_lock",
         "_fd",
         "_fill",
         "_forked_from",
@@ -126,6 +127,13 @@ class Writer:
         os.makedirs(segment_dir(self.dir), exist_ok=True)
         os.makedirs(index_dir(self.dir), exist_ok=True)
         self._lock_fh = lock_file(writer_lock_path(self.dir))
+        try:
+            # jnl.lck is the lock a Go writer takes too; a lock on jnl/ itself holds even when jnl.lck is
+            # deleted or replaced under this writer, so no second sej writer gets in then.
+            self._dir_lock: DirLock | None = lock_dir(segment_dir(self.dir))
+        except BaseException:
+            unlock_file(self._lock_fh)
+            raise
         st = os.fstat(self._lock_fh.fileno())
         self._lock_id = (st.st_dev, st.st_ino)
         self._lock_checked = _monotonic()
@@ -152,7 +160,7 @@ class Writer:
             self._open_last(strict, start_offset)
         except BaseException:
             self._buf = None
-            unlock_file(self._lock_fh)
+            self._unlock()
             raise
         _LIVE.add(self)
 
@@ -781,8 +789,8 @@ class Writer:
             return
         self._forked_from = os.getppid()
         self._lock = threading.Lock()  # a thread of the parent may have held it when it forked
-        # Kept open, the child's copy would keep the journal locked after the parent dies.
-        unlock_file(self._lock_fh)  # closes only this copy (see unlock_file)
+        # Kept open, the child's copies would keep the journal locked after the parent dies.
+        self._unlock()  # closes only this process's copies (see unlock_file, DirLock.release)
         self._buf = None
         self._acks = None  # its thread was not forked
         self._lacks = None
@@ -800,7 +808,15 @@ class Writer:
             else:
                 self._seg.drop()
         finally:
+            self._unlock()
+
+    def _unlock(self) -> None:
+        """Release jnl.lck and the lock on jnl/ (in a forked child: close its copies only)."""
+        try:
             unlock_file(self._lock_fh)
+        finally:
+            if self._dir_lock is not None:
+                self._dir_lock.release()
 
     def __enter__(self) -> Writer:
         return self
