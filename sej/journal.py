@@ -8,25 +8,60 @@ from .errors import CorruptionError, InvalidArgumentError, OffsetOutOfRangeError
 from .frames import HEADER, I32, NO_TIMESTAMP, OVERHEAD, Message, decode_batch
 from .fsutil import open_file
 from .index import Entry
-from .layout import Segment, find_segment, index_path, journal_path, list_segments
+from .layout import Segment, find_segment, index_path, journal_path, list_segments, segment_dir
 from .segment import Walk, pread_full, read_messages, seek_entry, walk, walk_tail
 
 
+def check_journal(path: str) -> None:
+    """Raise InvalidArgumentError naming `path` unless it can be a journal: a missing directory (a typo) is not
+    an empty journal, and a root of journals (a sharded root, a hub root) is not a journal either.
+
+    A directory without jnl/ and without journals under it is a journal its writer has not opened yet.
+    Cheap for a journal (one stat); callers that found segments need not call it.
+    """
+    if not os.path.isdir(path):
+        what = "is not a directory" if os.path.lexists(path) else "does not exist"
+        raise InvalidArgumentError(f"journal directory {path} {what}")
+    if os.path.isdir(segment_dir(path)):
+        return
+    found = []
+    with os.scandir(path) as entries:
+        for e in entries:
+            if e.is_dir(follow_symlinks=False) and os.path.isdir(segment_dir(e.path)):
+                found.append(e.name)
+    if found:
+        found.sort()
+        names = ", ".join(found[:3]) + (", ..." if len(found) > 3 else "")
+        raise InvalidArgumentError(
+            f"{path} is a root of journals ({names}), not a journal: give one of them, "
+            f"e.g. {os.path.join(path, found[0])} (sej.Consumer reads every journal of a root)"
+        )
+
+
 def first_offset(dir: str | os.PathLike[str]) -> int:
-    """Offset of the first retained message (the journal's start, 0 when it has no segments)."""
-    segments = list_segments(dir)
-    return segments[0].first_offset if segments else 0
+    """Offset of the first retained message (the journal's start, 0 when it has no segments).
+
+    InvalidArgumentError for a directory that does not exist or is a root of journals (see check_journal).
+    """
+    path = journal_path(dir)
+    segments = list_segments(path)
+    if not segments:
+        check_journal(path)
+        return 0
+    return segments[0].first_offset
 
 
 def next_offset(dir: str | os.PathLike[str], segments: list[Segment] | None = None) -> int:
     """Offset the next appended message will get: one past the last whole, valid message.
 
-    `segments`: the journal's segments if the caller has just listed them.
+    `segments`: the journal's segments if the caller has just listed them. InvalidArgumentError for a
+    directory that does not exist or is a root of journals (see check_journal).
     """
     path = journal_path(dir)
     if segments is None:
         segments = list_segments(path)
     if not segments:
+        check_journal(path)
         return 0
     w = last_walk(path, segments[-1])
     # Past a frame damaged in place (whole frames follow it), the writer appends after those frames.
@@ -93,11 +128,16 @@ def last_walk(dir: str, seg: Segment) -> Walk:
 
 
 def last_messages(dir: str | os.PathLike[str], n: int) -> list[Message]:
-    """The last `n` whole messages, oldest first, read backward with the trailing size field."""
+    """The last `n` whole messages, oldest first, read backward with the trailing size field.
+
+    InvalidArgumentError for a directory that does not exist or is a root of journals (see check_journal).
+    """
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
         raise InvalidArgumentError(f"n must be a non-negative int, got {n!r}")
     path = journal_path(dir)
     segments = list_segments(path)
+    if not segments:
+        check_journal(path)
     out: list[Message] = []
     for i in range(len(segments) - 1, -1, -1):
         if len(out) >= n:
@@ -218,4 +258,4 @@ def _offset_at_time_in(dir: str, seg: Segment, ts: int, is_last: bool) -> int | 
     return None
 
 
-__all__ = ["first_offset", "next_offset", "last_messages", "offset_at_time"]
+__all__ = ["check_journal", "first_offset", "next_offset", "last_messages", "offset_at_time"]

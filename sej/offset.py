@@ -220,11 +220,11 @@ class Offset:
             finally:
                 os.close(ofs)
             stored = read_offset_file(self.path)
+            if stored is None:  # InvalidArgumentError for a root of journals: the lock is released
+                stored = first_offset(self.dir) if default == "first" else next_offset(self.dir)
         except BaseException:
             self.close()
             raise
-        if stored is None:
-            stored = first_offset(self.dir) if default == "first" else next_offset(self.dir)
         self._value = stored
         self._created = False  # this object created the file and has not fsynced its directory since
         self._unsynced = False  # a commit made without sync, not synced since

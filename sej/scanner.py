@@ -16,7 +16,7 @@ from .checksum import ReadCheck
 from .errors import ClosedError, CorruptionError, InvalidArgumentError, OffsetOutOfRangeError, TruncatedError
 from .frames import MAX_OFFSET, Message
 from .fsutil import open_file
-from .journal import next_offset, offset_at_time
+from .journal import check_journal, next_offset, offset_at_time
 from .layout import (
     Segment,
     find_segment,
@@ -154,8 +154,7 @@ class Scanner:
         _journal: str | None = None,
     ) -> None:
         self.dir = journal_path(dir)
-        if not os.path.isdir(self.dir):
-            raise InvalidArgumentError(f"journal directory {self.dir} does not exist")
+        check_journal(self.dir)  # a missing directory, a root of journals
         self.timeout = _check_timeout(timeout)
         if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
             raise InvalidArgumentError(f"batch must be a positive int, got {batch!r}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 import shutil
 import struct
 import threading
@@ -107,6 +108,32 @@ def test_bad_arguments(jdir: str, kwargs: dict, needle: str) -> None:
 def test_missing_directory(tmp_path) -> None:
     with pytest.raises(sej.InvalidArgumentError, match="does not exist"):
         sej.Scanner(str(tmp_path / "nope"))
+
+
+def test_a_typo_is_no_empty_journal_and_a_root_is_no_journal(tmp_path) -> None:
+    """A missing directory raises naming it (not offset 0, no messages); so does a root of journals, which these
+    functions and the Scanner do not read; a journal directory without segments yet is a real empty journal."""
+    nope = str(tmp_path / "nope")
+    for call in (lambda: sej.next_offset(nope), lambda: sej.first_offset(nope), lambda: sej.last_messages(nope, 5),
+                 lambda: sej.Scanner.at_time(nope, 0), lambda: sej.Scanner(nope)):  # fmt: skip
+        with pytest.raises(sej.InvalidArgumentError, match=re.escape(f"{nope} does not exist")):
+            call()
+    root = str(tmp_path / "root")
+    with sej.ShardedWriter(root, "ev", shard_bit=1) as sw:
+        for i in range(8):
+            sw.append(b"v%d" % i, key=b"key%d" % i)
+    for call in (lambda: sej.next_offset(root), lambda: sej.first_offset(root), lambda: sej.last_messages(root, 5),
+                 lambda: sej.Scanner(root, 0, timeout=0)):  # fmt: skip
+        with pytest.raises(sej.InvalidArgumentError, match=re.escape(f"{root} is a root of journals") + ".*ev.1.000"):
+            call()
+    assert not os.path.exists(os.path.join(root, "jnl"))
+    empty = str(tmp_path / "empty")
+    os.mkdir(empty)  # a journal's directory before its writer first opens it
+    assert (sej.next_offset(empty), sej.first_offset(empty), sej.last_messages(empty, 5)) == (0, 0, [])
+    sej.Writer(empty).close()  # and after: one empty segment
+    assert (sej.next_offset(empty), sej.first_offset(empty), sej.last_messages(empty, 5)) == (0, 0, [])
+    with sej.Scanner(empty, 0, timeout=0) as s:
+        assert list(s) == []
 
 
 def test_timeout_ends_iteration_and_iterating_again_continues(jdir: str) -> None:
