@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import threading
 from collections.abc import Callable
 
@@ -104,7 +105,7 @@ def _run(
 ) -> list[JournalOutcome]:
     if not enabled():
         return copy_all(make_source, dst, cid, reader_name, workers, stop, on_skip=on_skip, state=state)
-    with click.progressbar(length=0, label="copying", file=click.get_text_stream("stderr"), show_pos=True) as bar:
+    with click.progressbar(length=0, label="copying", file=sys.stderr, show_pos=True) as bar:
         lock = threading.Lock()
 
         def on_bytes(n: int) -> None:

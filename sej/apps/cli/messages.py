@@ -13,6 +13,7 @@ through a sej.Consumer instead (sej.apps.cli.follow).
 from __future__ import annotations
 
 import heapq
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -234,13 +235,13 @@ def scan(dir: str, start: int | None, end: int | None, from_offset: Position | N
         starts: Mapping[str, int] | Literal["committed"] = "committed"
         if reader is None:
             starts = {j.name: start_of(j, f, several)[0] for j in journals}
-        out = MessageWriter(fmt, click.get_binary_stream("stdout"), flush_each=True)  # printed = consumed
+        out = MessageWriter(fmt, sys.stdout.buffer, flush_each=True)  # printed = consumed
         return consume(dir, reader, starts, f.keeps, out, follow=follow, max_messages=max_messages)
     if count_only:
         click.echo(count_messages(journals, f, max_messages))
         return 0
     plans = plan(journals, f)
-    out = MessageWriter(fmt, click.get_binary_stream("stdout"))
+    out = MessageWriter(fmt, sys.stdout.buffer)
     length = sum(p.stop - p.start for p in plans)
     with ExitStack() as stack, progress(length, "scanning", needs_stdout_redirected=True) as tick:
         if max_messages != 0:
@@ -294,7 +295,7 @@ def tail(dir: str, n: int, follow: bool, fmt: str) -> int:
             f"tail -f follows one journal, and {dir} holds {len(journals)}: give one of them, e.g. {journals[0].path}, "
             f"or follow them all with `sej scan -f --from {f'-{n}' if n else 'latest'} {dir}`"
         )
-    out = MessageWriter(fmt, click.get_binary_stream("stdout"), flush_each=follow)
+    out = MessageWriter(fmt, sys.stdout.buffer, flush_each=follow)
     if not several:
         j = journals[0]
         resume = next_offset(j.path)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -73,7 +74,7 @@ def dump(file: str, fmt: str) -> int:
     file and byte position, and exits 1.
     """
     path, named = segment_file(file)
-    out = MessageWriter(fmt, click.get_binary_stream("stdout"), label=path)
+    out = MessageWriter(fmt, sys.stdout.buffer, label=path)
     with open(path, "rb") as f:
         fd = f.fileno()
         size = os.fstat(fd).st_size
