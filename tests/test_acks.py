@@ -134,7 +134,7 @@ import os, sys, threading
 import sej
 
 d = sys.argv[1]
-w = sej.Writer(d, segment_size=5000)
+w = sej.Writer(d, segment_size=5000, durability=sys.argv[2])
 
 def acked(err, off):
     assert err is None, err
@@ -155,14 +155,17 @@ FRAME = 100 + 26  # every message above: a 100-byte value, no key
 LINE = re.compile(r"^(\d+)\s+(.*)$")
 
 
-def test_an_ack_comes_only_after_an_fsync_that_began_after_its_bytes_were_written(tmp_path: Path) -> None:
+@pytest.mark.parametrize("durability", ["buffered", "sync"])
+def test_an_ack_comes_only_after_an_fsync_that_began_after_its_bytes_were_written(
+    tmp_path: Path, durability: str
+) -> None:
     if shutil.which("strace") is None and not os.environ.get("CI"):
         pytest.skip("needs strace (CI installs it)")
     log = tmp_path / "strace.log"
     d = tmp_path / "j"
     subprocess.run(
         ["strace", "-f", "-qq", "-s", "100", "-o", str(log), "-e", "trace=openat,write,fdatasync,fsync",
-         sys.executable, "-c", CHILD, str(d)],
+         sys.executable, "-c", CHILD, str(d), durability],
         check=True, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, timeout=scaled(120),
     )  # fmt: skip
     # Replay the trace: bytes written to segments (in order: each segment holds offsets from its name on),
