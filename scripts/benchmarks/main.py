@@ -186,9 +186,6 @@ def main(argv: list[str] | None = None) -> int:
     write_report(out, report, cfg.quick, which if args.only else None)
     log(f"wrote {out} ({seconds:.0f} s)")
     for r in results:
-        if r.summary is not None:
-            log(
-                f"  {r.title}: {r.summary.measured} / {r.summary.baseline} = {r.summary.ratio} "
-                f"(target {r.summary.target}) {r.summary.result.strip('*')}"
-            )
+        for cell, s in r.summaries():
+            log(f"  {cell}: {s.measured} / {s.baseline} = {s.ratio} (target {s.target}) {s.result.strip('*')}")
     return 0

@@ -106,9 +106,8 @@ def render(
         "|---|---|---|---|---|---|",
     ]
     for r in results:
-        s = r.summary
-        if s is not None:
-            out.append(f"| {r.title} | {s.measured} | {s.baseline} | {s.ratio} | {s.target} | {s.result} |")
+        for cell, s in r.summaries():
+            out.append(f"| {cell} | {s.measured} | {s.baseline} | {s.ratio} | {s.target} | {s.result} |")
     for r in results:
         out += ["", f"## {r.title}", ""]
         for line in r.what:
@@ -124,8 +123,13 @@ def render(
     return "\n".join(out)
 
 
-def split_report(text: str) -> tuple[list[str], dict[str, str], list[tuple[str, list[str]]]]:
-    """A report's header lines, its summary rows by benchmark title, and its other sections (title, lines)."""
+def number(title: str) -> str:
+    """A benchmark's number, which names its section and its summary rows: "4" of "4. Durable appends…"."""
+    return title.split(".", 1)[0]
+
+
+def split_report(text: str) -> tuple[list[str], dict[str, list[str]], list[tuple[str, list[str]]]]:
+    """A report's header lines, its summary rows by benchmark number, and its other sections (title, lines)."""
     head: list[str] = []
     sections: list[tuple[str, list[str]]] = []
     for line in text.rstrip("\n").split("\n"):
@@ -135,12 +139,12 @@ def split_report(text: str) -> tuple[list[str], dict[str, str], list[tuple[str, 
             sections[-1][1].append(line)
         else:
             head.append(line)
-    rows: dict[str, str] = {}
+    rows: dict[str, list[str]] = {}
     for title, lines in sections:
         if title == "Summary":
             for line in lines:
                 if line.startswith("| ") and not line.startswith("| Benchmark |"):
-                    rows[line[2:].split(" | ", 1)[0]] = line
+                    rows.setdefault(number(line[2:]), []).append(line)
     return head, rows, [s for s in sections if s[0] != "Summary"]
 
 
@@ -161,21 +165,18 @@ def merge_reports(old: str, new: str, names: list[str]) -> str:
     if commit:
         origin += f", sej commit {commit}"
 
-    def number(title: str) -> str:
-        return title.split(".", 1)[0]
-
     rerun = {number(t): (t, lines) for t, lines in new_sections}
-    merged: list[tuple[str, list[str], str | None]] = []  # (title, lines, summary row)
+    merged: list[tuple[str, list[str], list[str]]] = []  # (title, lines, summary rows)
     for title, lines in old_sections:
         if number(title) in rerun:
             t, new_lines = rerun.pop(number(title))
-            merged.append((t, new_lines, new_rows.get(t)))
+            merged.append((t, new_lines, new_rows.get(number(t), [])))
             continue
         if not any(line.startswith(EARLIER) for line in lines):
             last = max(i for i, line in enumerate(lines) if line.strip())
             lines = [*lines[: last + 1], f"{EARLIER}{origin}.", *lines[last + 1 :]]
-        merged.append((title, lines, old_rows.get(title)))
-    merged += [(t, lines, new_rows.get(t)) for t, lines in rerun.values()]
+        merged.append((title, lines, old_rows.get(number(title), [])))
+    merged += [(t, lines, new_rows.get(number(t), [])) for t, lines in rerun.values()]
     head = [
         line.replace(
             "This file is regenerated",
@@ -193,7 +194,7 @@ def merge_reports(old: str, new: str, names: list[str]) -> str:
         "| Benchmark | Measured | Baseline | Ratio | Target | Result |",
         "|---|---|---|---|---|---|",
     ]
-    out += [row for _, _, row in merged if row is not None]
+    out += [row for _, _, rows in merged for row in rows]
     out.append("")
     for _, lines, _ in merged:
         out += lines

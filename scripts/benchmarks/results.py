@@ -24,6 +24,12 @@ class Result:
     rows: list[Row]
     notes: list[str] = field(default_factory=list)
     summary: Row | None = None  # the row that carries the target
+    more: list[tuple[str, Row]] = field(default_factory=list)  # further summary rows: (what, row), in order
+
+    def summaries(self) -> list[tuple[str, Row]]:
+        """The summary table's rows of this benchmark: (first cell, row)."""
+        first = [(self.title, self.summary)] if self.summary is not None else []
+        return first + [(f"{self.title}: {what}", row) for what, row in self.more]
 
 
 def rate(n: float) -> str:
