@@ -131,6 +131,33 @@ def records_upto(fd: int, count: int, pos: int) -> int:
     return lo
 
 
+def drop_past(path: str, first_offset: int, size: int) -> tuple[int, int] | None:
+    """Drop the records of a segment's sidecar at `path` that end past `size` (the segment was cut to `size`
+    bytes: those bytes are gone, so are their checksums), and make that durable.
+
+    Returns the byte range whose records were dropped (from the end of the last record kept), None when
+    there were none. A missing sidecar, or one that is not a valid sidecar of this segment, is left alone
+    (`sej verify` reports it).
+    """
+    try:
+        fd = open_regular(path, os.O_RDWR)
+    except (FileNotFoundError, UnsafeFileError):
+        return None
+    try:
+        if check_header(pread_full(fd, HEADER.size, 0), first_offset) is not None:
+            return None
+        total = (os.fstat(fd).st_size - HEADER.size) // RECORD.size
+        count, last, problem = tail_records(fd, total, size)
+        if problem is not None or count == total:
+            return None
+        past = RECORD.unpack(pread_full(fd, RECORD.size, HEADER.size + (total - 1) * RECORD.size))[0]
+        os.ftruncate(fd, HEADER.size + count * RECORD.size)
+        os.fsync(fd)
+        return (last.end if last is not None else 0), past
+    finally:
+        os.close(fd)
+
+
 def pack(records: list[Sum]) -> bytes:
     return b"".join(RECORD.pack(*r) for r in records)
 
@@ -280,6 +307,7 @@ class SegmentCheck(NamedTuple):
     has_sums: bool  # it has a checksum file
     checked: int  # bytes 0..checked are covered by checksums; checked..size are unchecked
     errors: list[ChecksumError]  # mismatches, and an invalid checksum file
+    past: int = 0  # the end of records for bytes past the segment's end (one of `errors`); 0: none
 
 
 CHECK_CHUNK = 16 * BLOCK
@@ -327,7 +355,7 @@ def check_segment(path: str, sum_path: str, first_offset: int) -> SegmentCheck:
                                         f"segment's end ({size} bytes)", sum_path))  # fmt: skip
             records = [r for r in records if r.end <= size]
         errors += _check_records(fd, size, first_offset, records, path, sum_path)
-        return SegmentCheck(size, True, records[-1].end if records else 0, errors)
+        return SegmentCheck(size, True, records[-1].end if records else 0, errors, past[-1].end if past else 0)
 
 
 def _check_records(fd: int, size: int, first: int, records: list[Sum], path: str, sum_path: str) -> list[ChecksumError]:
@@ -594,6 +622,7 @@ __all__ = [
     "block_start",
     "check_header",
     "check_segment",
+    "drop_past",
     "error_for",
     "follows",
     "header",

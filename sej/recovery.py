@@ -2,6 +2,9 @@
 
 The cut bytes are first copied to a quarantine file beside the segment and made
 durable, and only then is the segment truncated: nothing is silently destroyed.
+The checksums of the cut bytes are dropped from the segment's checksum file with them.
+`kept_end` says where the bytes that can be messages end (before a torn frame, or
+where recovery would cut), without cutting: sealing never records checksums past it.
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ from typing import NamedTuple
 from .errors import CorruptionError, CorruptionWarning
 from .fsutil import fsync_dir, open_file
 from .index import SparseIndex
-from .layout import Segment, index_path, quarantine_name
+from .checksum import drop_past
+from .layout import Segment, index_path, quarantine_name, sum_path
 from .segment import CHUNK, Walk, walk, walk_tail
 
 log = logging.getLogger("sej.recovery")
@@ -42,12 +46,7 @@ def recover_tail(dir: str, seg: Segment, strict: bool = False) -> Tail:
     """
     with open_file(seg.path, "r+b") as f:
         fd = f.fileno()
-        w, index, on_disk = walk_tail(index_path(dir, seg.first_offset), seg, fd)
-        if w.problem is not None and len(index):
-            # Never cut on the index's word: it is derived data. Walk again from the start.
-            index = SparseIndex(seg.first_offset)
-            w = walk(fd, index.tail(), w.size, index)
-            on_disk = False
+        w, index, on_disk = _walk(dir, seg, fd)
         if w.problem is None:
             return Tail(w, index, on_disk, None)
         length = w.size - w.end
@@ -68,10 +67,32 @@ def recover_tail(dir: str, seg: Segment, strict: bool = False) -> Tail:
         fsync_dir(os.path.dirname(seg.path))
         os.ftruncate(fd, w.end)
         os.fsync(fd)
+    drop_past(sum_path(dir, seg.first_offset), seg.first_offset, w.end)  # the cut bytes' checksums go with them
     cut = CorruptionError(seg.path, w.end, w.problem.reason, length, qpath)
     log.warning("%s", cut)
     warnings.warn(str(cut), CorruptionWarning, stacklevel=3)
     return Tail(w._replace(size=w.end, problem=None), index, on_disk, cut)
+
+
+def _walk(dir: str, seg: Segment, fd: int) -> tuple[Walk, SparseIndex, bool]:
+    """Recovery's walk of a segment: from its last trusted index entry, again from the start on a problem."""
+    w, index, on_disk = walk_tail(index_path(dir, seg.first_offset), seg, fd)
+    if w.problem is not None and len(index):
+        # Never cut on the index's word: it is derived data. Walk again from the start.
+        index = SparseIndex(seg.first_offset)
+        w = walk(fd, index.tail(), w.size, index)
+        on_disk = False
+    return w, index, on_disk
+
+
+def kept_end(dir: str, seg: Segment, fd: int, last: bool) -> int:
+    """The end of the bytes of `seg` (open on `fd`) that can be messages, reading only: before a torn frame at
+    its end (in any segment), and in the journal's `last` segment where recovery would cut a corrupt tail; its
+    size otherwise (a frame damaged in place that whole frames follow is never cut, nor is a finished segment)."""
+    w = _walk(dir, seg, fd)[0]
+    if w.problem is None or w.resume is not None or not (w.problem.incomplete or last):
+        return w.size
+    return w.end
 
 
 def _copy_range(fd: int, start: int, end: int, dest: str) -> None:

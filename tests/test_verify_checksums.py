@@ -13,7 +13,7 @@ import pytest
 
 import sej
 from sej.apps.cli.check import verify_journal
-from sej.checksum import check_segment
+from sej.checksum import BLOCK, Hasher, check_segment
 from sej.layout import list_segments, sum_path
 from sej.sealing import seal_journal
 from sej.shard import Journal
@@ -126,3 +126,81 @@ def test_seal_appends_to_a_short_checksum_file_and_never_touches_a_mismatch(jdir
     assert Path(sum_path(jdir, bad.first_offset)).read_bytes() == bad_sums and Path(bad.path).read_bytes() == bad_bytes
     p = cli(jdir)
     assert p.returncode == 1 and "checksum mismatch" in p.stdout
+
+
+def small_journal(dir: str) -> sej.Segment:
+    with sej.Writer(dir) as w:
+        for _ in range(3):
+            w.append(b"x" * 30, key=b"k")
+    return list_segments(dir)[-1]
+
+
+def test_a_torn_tail_is_not_offered_for_sealing_nor_sealed_and_repair_leaves_a_clean_journal(jdir: str) -> None:
+    """Issue 38: torn bytes are not messages. verify offered to seal them, --seal sealed them, --repair cut the
+    segment but not its checksums, and the journal then failed verification for good."""
+    seg = small_journal(jdir)
+    good = os.path.getsize(seg.path)
+    sp = sum_path(jdir, seg.first_offset)
+    with open(seg.path, "ab") as f:
+        f.write(b"\x01" * 10)
+    p = cli(jdir)
+    assert p.returncode == 1 and "a torn tail" in p.stdout, p.stdout + p.stderr
+    assert "unchecked" not in p.stdout and "--seal" not in p.stdout, p.stdout
+    assert f"sej verify --repair {jdir}" in p.stdout, p.stdout  # the advice that helps
+    assert json.loads(cli("--json", jdir).stdout)["unchecked_bytes"] == 0
+    sums = Path(sp).read_bytes()
+    p = cli("--seal", jdir)
+    assert p.returncode == 1 and "sealed:" not in p.stdout and "a torn tail" in p.stdout, p.stdout + p.stderr
+    assert Path(sp).read_bytes() == sums, "the torn bytes were sealed"
+    p = cli("--repair", jdir)
+    assert p.returncode == 0 and f"repaired: {seg.path}: cut 10 bytes from byte {good}" in p.stdout, p.stdout
+    assert os.path.getsize(seg.path) == good
+    p = cli(jdir)
+    assert p.returncode == 0 and "no problems" in p.stdout and "unchecked" not in p.stdout, p.stdout + p.stderr
+    with sej.Writer(jdir) as w:
+        assert w.recovered is None and w.append(b"after") == 3
+    with sej.Scanner(jdir, 0, timeout=0, verify=True) as s:
+        assert [m.value for m in s] == [b"x" * 30] * 3 + [b"after"]
+
+
+def test_repair_drops_checksums_for_bytes_past_the_end_of_the_last_segment(jdir: str) -> None:
+    """What the torn tail sealed and cut before the fix left behind: checksum records past the segment's end.
+    --repair drops them (as the writer does when it opens); in a finished segment they are only reported."""
+    seg = small_journal(jdir)
+    good = os.path.getsize(seg.path)
+    sp = sum_path(jdir, seg.first_offset)
+    torn = Path(seg.path).read_bytes() + b"\x01" * 10
+    start = good // BLOCK * BLOCK
+    with open(sp, "ab") as f:  # sealed torn bytes, then the segment cut back
+        f.write(Hasher(good, torn[start:good]).update(torn[good:]))
+    p = cli(jdir)
+    assert p.returncode == 1 and "past the segment's end" in p.stdout, p.stdout + p.stderr
+    assert f"sej verify --repair {jdir}" in p.stdout, p.stdout
+    p = cli("--repair", jdir)
+    assert p.returncode == 0 and f"repaired: {seg.path}: dropped the checksums of bytes {good}..{good + 10}" \
+        in p.stdout, p.stdout + p.stderr  # fmt: skip
+    p = cli(jdir)
+    assert p.returncode == 0 and "no problems" in p.stdout and "unchecked" not in p.stdout, p.stdout + p.stderr
+    assert os.path.getsize(seg.path) == good
+    with sej.Writer(jdir) as w:  # a finished segment with checksums past its end: reported, never changed
+        w.append(b"y" * 5000)
+    with sej.Writer(jdir, segment_size=1) as w:
+        w.append(b"z")
+    first = list_segments(jdir)[0]
+    assert len(list_segments(jdir)) == 2
+    os.truncate(first.path, os.path.getsize(first.path) - 100)
+    before = Path(sum_path(jdir, 0)).read_bytes()
+    p = cli("--repair", jdir)
+    assert p.returncode == 1 and "past the segment's end" in p.stdout and "not repaired" in p.stderr, p.stdout
+    assert Path(sum_path(jdir, 0)).read_bytes() == before
+
+
+def test_seal_with_a_running_writer_is_one_error_line(jdir: str) -> None:
+    seg = small_journal(jdir)
+    os.remove(sum_path(jdir, seg.first_offset))
+    with sej.Writer(jdir):
+        p = cli("--seal", jdir)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 1 and len(lines) == 1 and lines[0].startswith("sej: error: "), p.stderr
+    assert f"cannot seal {jdir}: a writer holds its lock" in lines[0], lines
+    assert "sealed:" not in p.stdout

@@ -34,6 +34,7 @@ class Problem:
     frame: bool = True  # a bad frame (the writer's recovery cuts those); False: a gap, a checksum mismatch
     end: int | None = None  # a checksum mismatch: the end of the byte range
     offsets: tuple[int, int] | None = None  # a checksum mismatch: the messages it covers, when known
+    past_end: bool = False  # checksums for bytes past the segment's end (what a cut left; --repair drops them)
 
     def __str__(self) -> str:
         return f"{self.path}: byte {self.position}: {self.reason}"
@@ -51,6 +52,7 @@ class Report:
     notes: list[str] = field(default_factory=list)
     unchecked: list[tuple[str, int, int]] = field(default_factory=list)  # (segment, start, end): no checksum
     checked: int = 0  # bytes covered by checksums (all checked)
+    last_segment: str | None = None  # the path of the journal's last segment
 
 
 def verify_journal(j: Journal, tick: Callable[[int], None], writer_running: bool | None) -> Report:
@@ -58,6 +60,7 @@ def verify_journal(j: Journal, tick: Callable[[int], None], writer_running: bool
     report = Report(j)
     segments = list_segments(j.path)
     report.segments = len(segments)
+    report.last_segment = segments[-1].path if segments else None
     expect: int | None = None  # the offset the next segment must start at (None: unknown after a problem)
     for i, seg in enumerate(segments):
         last = i == len(segments) - 1
@@ -67,12 +70,12 @@ def verify_journal(j: Journal, tick: Callable[[int], None], writer_running: bool
                 seg.path, 0, f"{kind}: the segment starts at offset {seg.first_offset}, "
                 f"but the previous one ends before offset {expect}", last, frame=False,
             ))  # fmt: skip
-        size, problem, nxt = _walk_segment(seg, last, writer_running, report)
+        size, problem, nxt, kept = _walk_segment(seg, last, writer_running, report)
         report.bytes += size
         report.messages += nxt - seg.first_offset
         if problem is not None:
             report.problems.append(problem)
-        _check_sums(j.path, seg, last and bool(writer_running), report)
+        _check_sums(j.path, seg, last and bool(writer_running), report, kept)
         expect = nxt if problem is None else None
         tick(size)
     quarantined = _quarantine_files(j.path)
@@ -83,43 +86,51 @@ def verify_journal(j: Journal, tick: Callable[[int], None], writer_running: bool
 
 def _walk_segment(
     seg: Segment, last: bool, writer_running: bool | None, report: Report
-) -> tuple[int, Problem | None, int]:
+) -> tuple[int, Problem | None, int, int]:
+    """(size, the problem, the next offset, the end of the bytes that are messages: a torn or corrupt tail, or
+    a frame being written, is not)."""
     with open_file(seg.path) as f:
         fd = f.fileno()
         size = os.fstat(fd).st_size
         w = walk(fd, Entry(seg.first_offset, 0, NO_TIMESTAMP), size)
         if w.problem is None:
-            return size, None, w.next_offset
+            return size, None, w.next_offset, size
         p = w.problem
         reason = p.reason
         if p.position == 0 and reason.startswith("offset out of sequence"):
             found = int(HEADER.unpack(os.pread(fd, HEADER.size, 0))[0])
             reason = f"the first frame has offset {found}, but the file name says {seg.first_offset}"
     tail = size - p.position
+    kept = w.end if w.resume is None and (p.incomplete or last) else size  # as recovery.kept_end
     if p.incomplete and last and writer_running:
         report.notes.append(
             f"{seg.path}: byte {p.position}: {reason}; a writer holds the lock, so it is probably being written"
         )
-        return size, None, w.next_offset
+        return size, None, w.next_offset, kept
     if p.incomplete:
         reason = (f"{reason}, the last {tail} bytes of the file (a torn tail)" if last
                   else f"{reason} at the end of a finished segment")  # fmt: skip
     else:
         reason = f"{reason} ({tail} bytes from here to the end of the file)"
     nxt = w.resume.next_offset if w.resume is not None else w.next_offset
-    return size, Problem(seg.path, p.position, reason, last), nxt
+    return size, Problem(seg.path, p.position, reason, last), nxt, kept
 
 
-def _check_sums(dir: str, seg: Segment, live: bool, report: Report) -> None:
-    """Check the segment against its checksum file; `live`: its writer runs (its tail is being recorded)."""
+def _check_sums(dir: str, seg: Segment, live: bool, report: Report, kept: int) -> None:
+    """Check the segment against its checksum file; `live`: its writer runs (its tail is being recorded).
+
+    Bytes past `kept` (a torn or corrupt tail) are no messages: they are reported as that problem, never as
+    unchecked bytes to seal."""
     c = check_segment(seg.path, sum_path(dir, seg.first_offset), seg.first_offset)
     report.checked += c.checked
     for e in c.errors:
         report.problems.append(Problem(seg.path, e.start, str(e.detail) + (
             f" (bytes {e.start}..{e.end}, messages {e.offsets[0]}..{e.offsets[1]})" if e.offsets
-            else f" (bytes {e.start}..{e.end})"), live, frame=False, end=e.end, offsets=e.offsets))  # fmt: skip
-    if c.checked < c.size and not (live and c.has_sums):
-        report.unchecked.append((seg.path, c.checked, c.size))
+            else f" (bytes {e.start}..{e.end})"), live, frame=False, end=e.end, offsets=e.offsets,
+            past_end=bool(c.past) and e.start == c.size and e.end == c.past))  # fmt: skip
+    end = min(c.size, kept)
+    if c.checked < end and not (live and c.has_sums):
+        report.unchecked.append((seg.path, c.checked, end))
 
 
 def _quarantine_files(dir: str) -> list[tuple[str, int]]:

@@ -11,9 +11,10 @@ from typing import Any
 
 import click
 
+from ...checksum import drop_past
 from ...errors import LockedError, SejError
 from ...journal import last_messages, next_offset
-from ...layout import list_segments, writer_lock_path
+from ...layout import list_segments, sum_path, writer_lock_path
 from ...lock import lock_file, unlock_file
 from ...recovery import recover_tail
 from ...retention import Deletion, RetentionPlan, apply_retention, lock_retention, plan_retention
@@ -166,36 +167,30 @@ def verify(dir: str, repair: bool, seal: bool, as_json: bool) -> int:
         raise usage("--repair and --seal go in separate runs")
     journals = journals_at(dir)
     sealed: list[Sealed] = []
-    unsealed = 0
-    if seal:
-        for j in journals:
-            try:
-                done, refused = seal_journal(j.path)
-            except LockedError:
-                unsealed += 1
-                click.echo(f"not sealed: {j.path}: a writer holds its lock {writer_lock_path(j.path)}; stop it first",
-                           err=True)  # fmt: skip
-                continue
-            sealed += done
-            for why in refused:
-                click.echo(f"not sealed: {why}", err=True)
-        if not as_json:
-            for x in sealed:
-                click.echo(f"sealed: {x.path}: bytes {x.start}..{x.end}, from the bytes as they are now "
-                           "(this does not vouch for their past)")  # fmt: skip
     with ExitStack() as stack:
-        if repair:
+        if repair or seal:  # every journal's writer lock first: with a writer running, nothing is changed
             for j in journals:
                 try:
                     stack.callback(unlock_file, lock_file(writer_lock_path(j.path)))
                 except LockedError:
                     raise Failure(
-                        f"cannot repair {j.path}: a writer holds its lock {writer_lock_path(j.path)}; stop it first"
+                        f"cannot {'repair' if repair else 'seal'} {j.path}: a writer holds its lock "
+                        f"{writer_lock_path(j.path)}; stop it first"
                     ) from None
+        if seal:
+            for j in journals:
+                done, refused = seal_journal(j.path, locked=True)
+                sealed += done
+                for why in refused:
+                    click.echo(f"not sealed: {why}", err=True)
+            if not as_json:
+                for x in sealed:
+                    click.echo(f"sealed: {x.path}: bytes {x.start}..{x.end}, from the bytes as they are now "
+                               "(this does not vouch for their past)")  # fmt: skip
         reports: list[Report] = []
         with progress(total_bytes(journals), "verifying") as tick:
             for j in journals:
-                running = False if repair else writer_running(j.path)
+                running = False if repair or seal else writer_running(j.path)
                 reports.append(verify_journal(j, tick, running))
         unrepaired = 0
         if not as_json:
@@ -228,10 +223,14 @@ def verify(dir: str, repair: bool, seal: bool, as_json: bool) -> int:
             click.echo(f"{unchecked} bytes are unchecked (no checksums). `sej verify --seal {dir}` records checksums "
                        "for them from the bytes as they are now: damage from then on is seen, but sealing does not "
                        "vouch for their past.")  # fmt: skip
+        if not repair and any(_repairable(r, p) for r in reports for p in r.problems):
+            click.echo(f"`sej verify --repair {dir}` cuts a torn or corrupt tail of a journal's last segment as the "
+                       "writer does on startup (keeping the bytes in a quarantine file beside it), and drops "
+                       "checksums for bytes past its end.")  # fmt: skip
     if unrepaired:
         click.echo(f"sej: error: {_n(unrepaired, 'problem')} in {dir}" + (" not repaired" if repair else ""), err=True)
         return 1
-    return 1 if unsealed else 0
+    return 0
 
 
 def _verify_json(reports: list[Report], sealed: list[Sealed], found: int, unchecked: int) -> dict[str, Any]:
@@ -269,24 +268,42 @@ def _n(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
+def _repairable(r: Report, p: Problem) -> bool:
+    """Whether --repair may mend `p`: a bad frame of the last segment (recovery cuts its tail), or checksums for
+    bytes past the last segment's end (a cut, by recovery or by hand, that left them: the writer drops them)."""
+    return (p.last_segment and p.frame) or (p.past_end and p.path == r.last_segment)
+
+
 def _repair(r: Report) -> list[Problem]:
-    """Cut the last segment's bad tail as the writer does; return the problems left."""
+    """Cut the last segment's bad tail as the writer does, and drop checksums past its end; the problems left."""
     tail_problems = [p for p in r.problems if p.last_segment and p.frame]
-    if not tail_problems:
+    past = [p for p in r.problems if p.past_end and p.path == r.last_segment]
+    if not tail_problems and not past:
         return r.problems
     seg = list_segments(r.journal.path)[-1]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        tail = recover_tail(r.journal.path, seg)
-    cut = tail.cut
-    if cut is None:
-        click.echo(
-            f"not repaired: {seg.path}: the writer's recovery checks from the segment's last index entry "
-            "and finds nothing to cut there; the problem lies before it"
-        )
-        return r.problems
-    click.echo(f"repaired: {seg.path}: cut {cut.length} bytes from byte {cut.position}, kept in {cut.quarantine}")
-    return [p for p in r.problems if p not in tail_problems or p.position < cut.position]
+    left = r.problems
+    if tail_problems:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tail = recover_tail(r.journal.path, seg)  # drops the cut bytes' checksums too
+        cut = tail.cut
+        if cut is None:
+            click.echo(
+                f"not repaired: {seg.path}: the writer's recovery checks from the segment's last index entry "
+                "and finds nothing to cut there; the problem lies before it"
+            )
+        else:
+            click.echo(
+                f"repaired: {seg.path}: cut {cut.length} bytes from byte {cut.position}, kept in {cut.quarantine}"
+            )
+            left = [p for p in left if p not in tail_problems or p.position < cut.position]
+    if past:
+        dropped = drop_past(sum_path(r.journal.path, seg.first_offset), seg.first_offset, os.path.getsize(seg.path))
+        if dropped is not None:
+            click.echo(f"repaired: {seg.path}: dropped the checksums of bytes {dropped[0]}..{dropped[1]}, past the "
+                       "segment's end")  # fmt: skip
+            left = [p for p in left if p not in past]
+    return left
 
 
 # -- old -----------------------------------------------------------------------
