@@ -857,6 +857,32 @@ def test_stat_of_an_empty_journal(tmp_path: Path) -> None:
     assert doc["messages"] == 0 and doc["first_timestamp"] is None and doc["segments"] == 1
 
 
+# -- hub status ---------------------------------------------------------------------------------
+
+
+def test_hub_status_fails_where_there_is_no_hub(tmp_path: Path, jnl: str) -> None:
+    """A health check pointed at the wrong directory must fail, not print an empty table and exit 0."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for where, code, says in [
+        (empty, 2, f"{empty} is not a hub root: no records of sej-hub in {empty}/.sej-hub/ and no journals"),
+        (tmp_path / "nope", 2, f"{tmp_path / 'nope'} does not exist"),
+    ]:
+        r = run("hub", "status", str(where), "--max-age", "60", "--max-lag", "0", code=code)
+        assert says in one_error_line(r) and r.stdout == "", r.stdout
+        p = sub("hub", "status", str(where), "--max-age", "60", "--max-lag", "0", code=code)
+        assert says in one_error_line(p)
+    (empty / ".sej-hub").mkdir()  # sej-hub ran there, but keeps no client (none configured any more)
+    r = run("hub", "status", str(empty), code=1)
+    assert f"no client at {empty}" in one_error_line(r)
+    # a hub root with a copied journal and no record yet is a hub (sej copy writes no record)
+    hub = tmp_path / "hub"
+    hub.mkdir()
+    shutil.copytree(jnl, hub / "edge-1.ev")
+    r = run("hub", "status", str(hub))
+    assert "edge-1" in r.stdout and "ev" in r.stdout
+
+
 # -- errors common to the commands --------------------------------------------------------------
 
 DIR_COMMANDS = [

@@ -15,7 +15,8 @@ from typing import Any
 import click
 
 from ...hub.status import ClientStatus, StatusRow, read_status
-from ..shell import usage
+from ...layout import HUB_STATUS_DIR
+from ..shell import Failure, usage
 from .output import table
 
 _CONTROL = dict.fromkeys([*range(32), *range(127, 160)], "?")
@@ -67,12 +68,20 @@ def status(hub_root: str, only: str | None, max_lag: int | None, max_age: float 
     journal is behind more than --max-lag, or a client's last successful pass is
     older than --max-age (as for sej-hub's /health: before its first, counted
     from the daemon's start; a pass under way that keeps writing bytes at the
-    hub counts as fresh); 2 usage errors.
+    hub counts as fresh), or when sej-hub keeps no client there; 2 usage errors
+    (also: HUB_ROOT holds neither sej-hub's records nor journals, so it is no
+    hub root).
     """
     if not os.path.isdir(hub_root):
-        raise usage(f"{hub_root} is not a directory")
+        raise usage(f"{hub_root} {'is not a directory' if os.path.lexists(hub_root) else 'does not exist'}")
     now = time.time()
     st = read_status(hub_root)
+    if not st.rows and not st.records and not st.problems:  # a monitoring check must not pass on the wrong path
+        records = os.path.join(hub_root, HUB_STATUS_DIR)
+        if not os.path.isdir(records):
+            raise usage(f"{hub_root} is not a hub root: no records of sej-hub in {records}/ and no journals "
+                        "(give the hub_root of sej-hub's configuration)")  # fmt: skip
+        raise Failure(f"no client at {hub_root}: sej-hub keeps no record in {records}/ and there is no journal")
     rows = [r for r in st.rows if only is None or r.client_id == only]
     records = {cid: rec for cid, rec in st.records.items() if only is None or cid == only}
     if only is not None and not rows and not records:
