@@ -148,6 +148,20 @@ def _cache_home(tmp_path_factory: pytest.TempPathFactory) -> None:
 IN_CI = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
 
+@pytest.fixture(scope="session")
+def promtool() -> str:
+    """Prometheus's promtool (Debian's `prometheus` package), for the hub's alerting rules.
+
+    Skipped where it is missing, unless CI is set: then it fails (.ci/run installs the package).
+    """
+    path = shutil.which("promtool")
+    if path is None:
+        if IN_CI:
+            pytest.fail("CI is set but promtool is missing (apt-get install prometheus)", pytrace=False)
+        pytest.skip("promtool is not installed (apt-get install prometheus)")
+    return path
+
+
 STREAMING_SOURCE_RUNNER = "pyspark.sql.streaming.python_streaming_source_runner"
 
 

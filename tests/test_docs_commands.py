@@ -88,6 +88,7 @@ SYSTEMD = "systemd: not here; test_setting_up_a_hub_as_docs_hub_md_says checks t
 OVER_SSH = "test_the_example_configuration_of_docs_hub_md_over_ssh"
 WATCHING = "test_the_watching_commands_of_docs_hub_md"
 RETENTION = "test_the_retention_commands"
+ALERTS = "test_the_alert_rules_of_docs_hub_md"
 
 COVERED: dict[str, dict[str, str]] = {
     "docs/hub.md": {
@@ -131,6 +132,9 @@ COVERED: dict[str, dict[str, str]] = {
         "sej hub status /var/lib/sej-hub --max-lag 1000 --max-age 120": WATCHING,
         "curl -s http://127.0.0.1:9108/metrics | grep '^sej_hub_lag_messages'": WATCHING,
         "curl -s http://127.0.0.1:9108/health": WATCHING,
+        "mkdir -p /etc/prometheus && sej-hub --print alerts > /etc/prometheus/sej-hub.rules.yml": ALERTS,
+        "promtool check rules /etc/prometheus/sej-hub.rules.yml": ALERTS,
+        "sej-hub --print alerts": ALERTS,
     },
     "docs/retention.md": {
         "sej-retention /var/lib/app/events --max-age 3d --require-reader hub": RETENTION,
@@ -294,6 +298,18 @@ def test_setting_up_a_hub_as_docs_hub_md_says(tmp_path: Path, bindir: str) -> No
     for doc, program in (("docs/retention.md", "sej-retention"), ("docs/archive.md", "sej-archive")):
         p = sh(documented(doc, f"command -v {program}"), tmp_path, bindir)
         assert p.stdout.strip() == f"{bindir}/{program}"
+
+
+def test_the_alert_rules_of_docs_hub_md(tmp_path: Path, bindir: str, promtool: str) -> None:
+    """Written out by the installed sej-hub and checked by promtool (tests/test_hub_alerts.py runs their unit tests)."""
+    hub = "docs/hub.md"
+    documented(hub, "sej-hub --print alerts")
+    sh(documented(hub, "mkdir -p /etc/prometheus && sej-hub --print alerts > /etc/prometheus/sej-hub.rules.yml"),
+       tmp_path, bindir)  # fmt: skip
+    rules = (tmp_path / "etc" / "prometheus" / "sej-hub.rules.yml").read_text()
+    assert rules.startswith("# Prometheus alerting rules for sej-hub") and "- alert: SejHubNotScraped" in rules
+    p = sh(documented(hub, "promtool check rules /etc/prometheus/sej-hub.rules.yml"), tmp_path, bindir)
+    assert "SUCCESS: 6 rules found" in p.stdout, p.stdout
 
 
 def test_the_running_commands_of_docs_hub_md(tmp_path: Path, bindir: str) -> None:

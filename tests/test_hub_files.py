@@ -1,4 +1,4 @@
-"""The files the wheel carries for setting up a hub (sej/apps/files/), and `sej-hub --print unit|crontab|config`."""
+"""The files the wheel carries for a hub (sej/apps/files/), and `sej-hub --print unit|crontab|config|alerts`."""
 
 from __future__ import annotations
 
@@ -166,7 +166,7 @@ def test_sej_hub_print_in_a_venv_names_the_venv_s_bin(tmp_path: Path) -> None:
 
 def test_sej_hub_print_usage_errors_exit_2() -> None:
     for args, needle in [
-        (["bogus"], "'bogus' is not one of 'unit', 'crontab', 'config'"),
+        (["bogus"], "'bogus' is not one of 'unit', 'crontab', 'config', 'alerts'"),
         (["unit", "--config", "/etc/my sej/hub.toml"], "has a space"),
         ([], "'--print' requires an argument"),
     ]:

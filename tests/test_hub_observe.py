@@ -159,6 +159,7 @@ def test_metrics_health_and_status_of_a_real_hub_through_an_sshd_outage(tmp_path
                 assert metric(got, "sej_hub_copied_bytes_total", client=c, journal=j) == size
                 assert metric(got, "sej_hub_producer_next_offset", client=c, journal=j) == produced[c]
         assert health(address) == (200, {"status": "ok", "max_age": max_age})
+        assert metric(got, "sej_hub_health_max_age_seconds") == max_age  # what SejHubNoSuccessfulPass compares with
 
         # `sej hub status` agrees with the metrics and with the producers' real offsets.
         def status_agrees() -> dict[str, Any] | None:

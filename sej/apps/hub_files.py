@@ -1,8 +1,9 @@
-"""The files that set up a hub, with this installation's paths: `sej-hub --print unit|crontab|config`.
+"""The files that set up a hub, with this installation's paths: `sej-hub --print unit|crontab|config|alerts`.
 
     unit      the systemd unit, for /etc/systemd/system/sej-hub.service (runs sej-hub)
     crontab   the cron line, for /etc/cron.d/sej-hub (runs sej-hub-cron every 5 minutes)
     config    an example hub.toml, for /etc/sej/hub.toml
+    alerts    Prometheus alerting rules for the hub's /metrics, for Prometheus's rule_files
 
 They are package data (sej/apps/files/, in the wheel), templates in which `@BINDIR@` stands for the
 directory of the console scripts and `@CONFIG@` for the hub.toml path (default /etc/sej/hub.toml).
@@ -22,7 +23,7 @@ import click
 
 DEFAULT_CONFIG = "/etc/sej/hub.toml"
 
-FILES = {"unit": "sej-hub.service", "crontab": "hub.crontab", "config": "hub.toml"}
+FILES = {"unit": "sej-hub.service", "crontab": "hub.crontab", "config": "hub.toml", "alerts": "sej-hub.rules.yml"}
 """What `sej-hub --print` writes: name -> its template under sej/apps/files/."""
 
 SCRIPTS = ("sej-hub", "sej-hub-cron")
@@ -63,17 +64,19 @@ def render(name: str, config: str | None = None, bindir: str | None = None) -> s
     """FILES[name] with the scripts' directory (default scripts_dir()) and the hub.toml path filled in.
 
     `config` defaults to DEFAULT_CONFIG; a relative path is made absolute (cron and systemd do not run
-    in the directory it was given in). A path with a space or a `%` is refused: systemd's ExecStart and
-    cron would split or expand it.
+    in the directory it was given in). A path with a space or a `%` is refused where the file names it:
+    systemd's ExecStart and cron would split or expand it.
     """
     if name not in FILES:
         raise ValueError(f"no file {name!r}: choose one of {', '.join(FILES)}")
     config = os.path.abspath(config) if config is not None else DEFAULT_CONFIG
     bindir = bindir if bindir is not None else scripts_dir()
-    for what, path in (("the config path", config), ("the scripts' directory", bindir)):
-        if any(c in path for c in " \t\n%\\\"'"):
+    text = template(name)
+    for what, path, placeholder in (("the config path", config, "@CONFIG@"),
+                                    ("the scripts' directory", bindir, "@BINDIR@")):  # fmt: skip
+        if placeholder in text and any(c in path for c in " \t\n%\\\"'"):
             raise ValueError(f"{what} {path!r} has a space, a quote, a backslash or a '%': use a plain path")
-    return template(name).replace("@BINDIR@", bindir.rstrip("/")).replace("@CONFIG@", config)
+    return text.replace("@BINDIR@", bindir.rstrip("/")).replace("@CONFIG@", config)
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -107,7 +110,7 @@ def _config_or_print(ctx: click.Context, param: click.Parameter, value: str | No
 
 
 def print_option() -> Callable[[_F], _F]:
-    """sej-hub's `--print unit|crontab|config` (eager: it needs no valid config and runs nothing)."""
+    """sej-hub's `--print unit|crontab|config|alerts` (eager: it needs no valid config and runs nothing)."""
     return click.option(
         "--print",
         "print_file",
@@ -116,7 +119,8 @@ def print_option() -> Callable[[_F], _F]:
         expose_value=False,
         callback=_remember_print,
         help="Write the systemd unit, the crontab line or an example hub.toml, with this installation's paths "
-        f"(and --config FILE, default {DEFAULT_CONFIG}) filled in, to stdout, and exit.",
+        f"(and --config FILE, default {DEFAULT_CONFIG}) filled in, or Prometheus alerting rules for the "
+        "hub's metrics, to stdout, and exit.",
     )
 
 

@@ -30,8 +30,9 @@ StartResponse = Callable[[str, list[tuple[str, str]]], Any]
 class HubCollector:
     """The hub's metrics, per client and journal, read from a StatusBook at each scrape."""
 
-    def __init__(self, book: StatusBook) -> None:
+    def __init__(self, book: StatusBook, max_age: float | None = None) -> None:
         self.book = book
+        self.max_age = max_age  # /health's, exported so that an alert rule can compare with the same age
 
     def describe(self) -> list[Any]:
         return []  # no collect() at registration: the families are built per scrape
@@ -67,6 +68,10 @@ class HubCollector:
             "sej_hub_errors", "Errors since the hub started, by kind.", labels=["client", "kind"]
         )
         passes = HistogramMetricFamily("sej_hub_pass_duration_seconds", "How long the client's passes took.", labels=c)
+        max_age = GaugeMetricFamily("sej_hub_health_max_age_seconds",
+                                    "/health's max age: a client without a good pass for longer is stale.")  # fmt: skip
+        if self.max_age is not None:
+            max_age.add_metric([], self.max_age)
         for s in self.book.snapshot():
             cid = s.client_id
             age.add_metric([cid], s.age(now))
@@ -95,7 +100,7 @@ class HubCollector:
                 if j.lag_bytes is not None:
                     lag_bytes.add_metric(labels, j.lag_bytes)
         yield from (messages, nbytes, hub_next, producer_next, lag, lag_bytes, failing, age, last, connected, errors,
-                    passes)  # fmt: skip
+                    passes, max_age)  # fmt: skip
 
 
 def health(book: StatusBook, max_age: float) -> tuple[int, dict[str, Any]]:
@@ -119,7 +124,7 @@ def wsgi_app(book: StatusBook, max_age: float) -> Callable[[dict[str, Any], Star
     from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(HubCollector(book))
+    registry.register(HubCollector(book, max_age))
 
     def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
