@@ -15,10 +15,13 @@ class InvalidArgumentError(SejError, ValueError, TypeError):
 
 
 class LockedError(SejError):
-    """A lock file (writer or reader) is held by someone else."""
+    """A lock file (a writer's, a reader's, a retention run's) is held by someone else.
 
-    def __init__(self, path: str) -> None:
-        super().__init__(f"{path} is locked by another writer or reader")
+    `holder` says who holds such a lock, for the message.
+    """
+
+    def __init__(self, path: str, holder: str = "another writer or reader") -> None:
+        super().__init__(f"{path} is locked by {holder}")
         self.path = path
 
 

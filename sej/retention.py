@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import IO, Literal, NamedTuple
 
-from .errors import CorruptionError, InvalidArgumentError
+from .errors import CorruptionError, InvalidArgumentError, LockedError
 from .frames import NO_TIMESTAMP
 from .fsutil import fsync_dir
 from .layout import (
@@ -169,7 +169,10 @@ def lock_retention(dir: str | os.PathLike[str]) -> IO[str]:
     Release it with `sej.lock.unlock_file`; the kernel releases it when the process dies.
     """
     path = _existing_journal(dir)
-    return lock_file(retention_lock_path(path))
+    try:
+        return lock_file(retention_lock_path(path))
+    except LockedError as e:
+        raise LockedError(e.path, "another retention run (sej-retention or sej old --delete)") from None
 
 
 def plan_retention(

@@ -629,6 +629,8 @@ def test_old_delete_waits_for_no_retention_run_and_deletes_nothing_while_one_hol
         assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
         r = run("old", d, "--days", "5", "--delete", code=1)
         assert "retention.lck" in one_error_line(r) and "another process" in one_error_line(r)
+        # the lock is a retention run's, not a writer's or a reader's (issue 38)
+        assert "another retention run" in one_error_line(r) and "writer" not in one_error_line(r)
         assert [s.first_offset for s in segments(d)] == [0, 6, 12]
         assert holder.poll() is None, "the lock holder was still there"
     finally:

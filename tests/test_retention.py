@@ -589,7 +589,31 @@ def test_dry_run_deletes_nothing_and_prints_the_plan_the_run_carries_out(tmp_pat
     assert real.stdout.splitlines()[-1] == "deleted 4 segments (12 messages, 1200 bytes) in 2 of 2 journals"
     assert firsts(c1)[0] == 6 and firsts(c2)[0] == 6
     again = cli(root, "--max-messages", "24")
-    assert again.stdout == "deleted 0 segments (0 messages, 0 bytes) in 0 of 2 journals\n"
+    assert again.stdout == (  # a journal nothing was deleted from says why, as --dry-run does
+        f"kept {c1} from offset 6: 0000000000000006.jnl {reader}\n"
+        f"kept {c2} from offset 6: 0000000000000006.jnl is within every limit\n"
+        "deleted 0 segments (0 messages, 0 bytes) in 0 of 2 journals\n"
+    )
+
+
+def test_a_run_that_deletes_nothing_says_why(tmp_path: Path) -> None:
+    """Issue 38: the reason appeared only with --dry-run."""
+    root = hub_root(tmp_path)
+    c1, c2 = os.path.join(root, "c1.0"), os.path.join(root, "c2.0")
+    before = files(root)
+    r = cli(root, "--max-messages", "0", "--require-reader", "archive")
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    why = "reader archive has committed nothing, so no segment counts as read"
+    assert r.stdout == (
+        f"kept {c1} from offset 0: {why}\n"
+        f"kept {c2} from offset 0: {why}\n"
+        "deleted 0 segments (0 messages, 0 bytes) in 0 of 2 journals\n"
+    ), r.stdout
+    assert files(root) == before
+    commit(c2, "archive", 30)  # only the journals nothing was deleted from say why
+    r = cli(root, "--max-messages", "0", "--require-reader", "archive")
+    assert r.returncode == 0 and f"kept {c1} from offset 0: {why}\n" in r.stdout and f"kept {c2}" not in r.stdout
+    assert r.stdout.splitlines()[-1] == "deleted 10 segments (30 messages, 3000 bytes) in 1 of 2 journals"
 
 
 LOCK_HOLDER = r"""

@@ -16,7 +16,8 @@ exits 1. --dry-run takes no lock and deletes nothing: it prints what a run would
 delete now, and for each journal why it keeps the rest.
 
 Output: one line per deleted (or, with --dry-run, would-be-deleted) segment with
-its reasons, then a summary. Errors end as ONE line on stderr, `sej-retention: error: ...`.
+its reasons, a line saying why the rest is kept for each journal nothing was deleted
+from (with --dry-run, for every journal), then a summary. Errors end as ONE line on stderr, `sej-retention: error: ...`.
 Exit codes: 0 fine (also when nothing was due), 1 problems (a journal failed, e.g.
 a malformed offset file; another run holds a lock; I/O errors), 2 usage errors
 (no limit, a bad value, a path that is not a journal), 130 interrupted.
@@ -186,6 +187,8 @@ def retention(
                 if result.skipped:
                     skipped = _n(len(result.skipped), "planned segment")
                     click.echo(f"kept {skipped} of {j.path}: {result.skipped_because}")
+                elif not result.deleted:  # why nothing went (a reader that committed nothing, the limits, ...)
+                    click.echo(f"kept {j.path} from offset {plan.first_kept}: {plan.kept}")
             touched += bool(done)
             segments += len(done)
             messages += sum(d.messages for d in done)
