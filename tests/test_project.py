@@ -25,11 +25,37 @@ def readme_commands() -> list[str]:
     return [line.strip() for line in block.group(1).splitlines() if line.strip() and not line.startswith("#")]
 
 
-def test_readme_has_exactly_two_setup_commands_and_ci_runs_the_test_one() -> None:
+def ci_commands() -> list[str]:
+    """The command lines of .ci/run (no comments, no blank lines, continuation lines as they are)."""
+    lines = (REPO / ".ci" / "run").read_text().splitlines()
+    return [line for line in lines if line.strip() and not line.lstrip().startswith("#")]
+
+
+def test_readme_has_exactly_two_setup_commands_and_ci_runs_the_test_one_last_in_a_fresh_venv() -> None:
     cmds = readme_commands()
     assert len(cmds) == 2
-    ci = (REPO / ".ci" / "run").read_text()
-    assert cmds[1] in ci.splitlines(), "the README's test command is the one .ci/run runs"
+    ci = ci_commands()
+    assert ci[-1] == cmds[1], "the README's test command is the last one .ci/run runs"
+    # ... as users run it: in a venv made by this run (python3 -m venv DIR), activated just before it
+    venv = [i for i, line in enumerate(ci) if re.fullmatch(r'python3 -m venv "(\$\w+/\w+)"', line)]
+    assert venv, "no `python3 -m venv` in .ci/run"
+    where = re.fullmatch(r'python3 -m venv "(\$\w+/\w+)"', ci[venv[-1]]).group(1)  # type: ignore[union-attr]
+    assert ci[venv[-1] + 1 :] == [f'. "{where}/bin/activate"', cmds[1]]
+    mktemp = [line for line in ci[: venv[-1]] if line == f"{where.split('/')[0][1:]}=$(mktemp -d)"]
+    assert mktemp, "the venv's directory is a fresh temporary one"
+
+
+def test_ci_runs_the_tests_that_build_venvs_from_the_system_interpreter_too() -> None:
+    """The suite runs in a venv (above); the tests that depend on the interpreter's layout run without one too."""
+    ci = ci_commands()
+    last_venv = max(i for i, line in enumerate(ci) if line.startswith("python3 -m venv "))
+    system_runs = [line for line in ci[:last_venv] if line.startswith("python3 -m pytest ")]
+    assert len(system_runs) == 1, system_runs
+    listed = set(re.findall(r"tests/\w+\.py", system_runs[0]))
+    assert all((REPO / f).is_file() for f in listed), listed
+    builds_venvs = {f"tests/{p.name}" for p in (REPO / "tests").glob("test_*.py") if '"-m", "venv"' in p.read_text()}
+    assert builds_venvs and builds_venvs <= listed, builds_venvs - listed
+    assert {"tests/test_hub_files.py", "tests/test_project.py"} <= listed
 
 
 def test_no_top_level_package_shadows_the_standard_library() -> None:
