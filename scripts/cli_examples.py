@@ -388,6 +388,7 @@ def page(s: Session, dir: str) -> str:
     add(s.run("scan", "missing", expect=2))
     os.makedirs(os.path.join(dir, "empty"), exist_ok=True)
     add(s.run("stat", "empty", expect=2))
+    add(s.run("hub", "status", "empty", "--max-age", "60", "--max-lag", "0", expect=2))
     add(s.run("scan", "events", "--start", "yesterday", expect=2))
     add(s.run("scan", "damaged", "--format", "hex", expect=1))
     add(s.run("scan", "events", "--limit", "3", expect=2))

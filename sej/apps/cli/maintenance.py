@@ -158,10 +158,12 @@ def verify(dir: str, repair: bool, seal: bool, as_json: bool) -> int:
     written by the Go original or by sej before checksums) are listed as unchecked. --seal records
     checksums for them from the bytes as they are now: that protects them from then on but does not
     vouch for their past. A mismatch is never sealed nor repaired: there is nothing to repair from but
-    another copy (the hub's, or the producer's). With --repair, a corrupt or torn tail of a journal's
-    last segment is cut exactly as the writer does on startup (the cut bytes are kept in a quarantine
-    file beside the segment); problems elsewhere are only reported. A running writer makes --repair
-    and --seal fail (exit 1).
+    another copy (the hub's, or the producer's). A torn or corrupt tail is not messages: it is never
+    listed as unchecked nor sealed. With --repair, a corrupt or torn tail of a journal's last segment
+    is cut exactly as the writer does on startup (the cut bytes are kept in a quarantine file beside
+    the segment, and their checksums are dropped), and so are checksums for bytes past its end;
+    problems elsewhere are only reported. A running writer makes --repair and --seal fail (exit 1)
+    before they change anything.
     """
     if repair and seal:
         raise usage("--repair and --seal go in separate runs")
