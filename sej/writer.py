@@ -72,6 +72,7 @@ class Writer:
     __slots__ = (
         "_acks",
         "_ack_fill",
+        "_ack_mark",
         "_lacks",
         "_aio",
         "_no_aio",
@@ -193,7 +194,10 @@ class Writer:
         One threshold stands for three: the next index entry is due, the buffer is
         full, or the segment is full.
         """
-        self._mark = min(self._index_next, self._size - self._fill + self._buffer_size, self.segment_size)
+        due = min(self._index_next, self.segment_size)
+        start = self._size - self._fill  # where the buffer's bytes go
+        self._mark = min(due, start + self._buffer_size)
+        self._ack_mark = min(due, start + self._ack_fill)  # the same for acked appends (see _ack_fill)
 
     def _roll(self) -> None:
         """Finish the current segment (flush, fsync) and start the next. Holds self._lock."""
@@ -294,7 +298,7 @@ class Writer:
         size = self._size = pos + n
         if timestamp > self._max_ts:
             self._max_ts = timestamp
-        if size >= self._mark:
+        if size >= self._ack_mark:
             self._crossed_mark(off, pos, True)
         return off
 
@@ -470,7 +474,7 @@ class Writer:
             size = self._size = pos + n
             if timestamp > self._max_ts:
                 self._max_ts = timestamp
-            if size >= self._mark:
+            if size >= self._ack_mark:
                 self._crossed_mark(off, pos, True)
             la = self._lacks
             if la is None or la.loop is not loop:
