@@ -21,7 +21,7 @@ def test_a_short_rehearsal_loses_nothing_sticks_nowhere_and_deletes_nothing_earl
             pytest.fail(f"CI is set but the rehearsal cannot run: {missing}", pytrace=False)
         pytest.skip(f"the rehearsal needs sshd and Java: {missing}")
     plan = Plan(seed=37, duration=90.0, producers=2, prefixes=3, rate=20.0, hub_retention_every=15.0,
-                hub_max_messages=300, spark_every=10.0, archive_every=40.0, check_every=45.0)  # fmt: skip
+                hub_max_messages=300, spark_every=5.0, archive_every=30.0, check_every=45.0)  # fmt: skip
     result = Rehearsal(tmp_path, plan).run()
     md = report.write(result, tmp_path)
     assert result["problems"] == [], md.read_text()

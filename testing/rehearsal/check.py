@@ -130,12 +130,25 @@ def unrecovered(logs: list[str]) -> list[str]:
 
 def flat(samples: list[dict[str, float]], key: str, slack: float) -> str | None:
     """Whether `key` stays flat over the second half of the samples: its peak there is at most its peak over the
-    first half's second half (same journals by then) times 1 + `slack`, plus one unit."""
+    first half times 1 + `slack`, plus one unit (a leak shows as a higher peak; the journals stop growing
+    before the second half)."""
     n = len(samples)
     if n < 8:
         return None
-    earlier = [s[key] for s in samples[n // 4 : n // 2]]
+    earlier = [s[key] for s in samples[: n // 2]]
     later = [s[key] for s in samples[n // 2 :]]
     if max(later) > max(earlier) * (1 + slack) + 1:
         return f"{key} grew: peak {max(earlier):.0f} in the first half, {max(later):.0f} in the second"
     return None
+
+
+def bounded(samples: list[dict[str, float]], workers: int) -> list[str]:
+    """The daemon's bounds (docs/hub.md, "What the daemon holds"), for one client: threads at most 8 + 3 per
+    worker, whatever the journals; open files at most 64 + 3 per journal at the hub (its kept journals)."""
+    out = []
+    for s in samples:
+        if s["threads"] > 8 + 3 * workers:
+            out.append(f"{s['threads']} threads at {s['t']} s, more than 8 + 3 x {workers} workers")
+        if s["files"] > 64 + 3 * s["journals"]:
+            out.append(f"{s['files']} open files at {s['t']} s, more than 64 + 3 x {s['journals']} journals")
+    return out[:20]
