@@ -40,7 +40,8 @@ class Plan:
     seed: int = 1
     duration: float = 240.0  # seconds of traffic and faults, before the quiet end
     producers: int = 3
-    prefixes: int = 4  # per producer, 2 shards each: producers * prefixes * 2 journals at most
+    prefixes: int = 4  # per producer: producers * prefixes * 2**shard_bit journals at most
+    shard_bit: int = 1
     grow_every: float = 0.0  # a producer opens a new prefix every this many seconds (0: duration * 0.4 / prefixes)
     rate: float = 30.0  # messages per second per busy prefix
     segment_size: int = 16384
@@ -155,7 +156,7 @@ class Rehearsal:
     def start_producer(self, i: int) -> None:
         p = self.producers[i]
         opts = {"rate": self.plan.rate, "prefixes": self.plan.prefixes, "grow_every": self.plan.grow_every,
-                "segment_size": self.plan.segment_size}  # fmt: skip
+                "segment_size": self.plan.segment_size, "shard_bit": self.plan.shard_bit}  # fmt: skip
         p.argv = self.py("-m", "testing.rehearsal.producer", self.producer_root, f"p{i}", str(p.runs),
                          str(self.plan.seed), str(self.start_wall), str(self.dir / "acks" / f"p{i}"),
                          json.dumps(opts))  # fmt: skip
