@@ -6,6 +6,7 @@ ship it (setup.cfg packages only sej and sej.*). Both import it with the reposit
 pytest puts it there (`pythonpath = .` in setup.cfg), scripts/bench.py inserts it.
 
 - `testing.sshd`: a real OpenSSH sshd on 127.0.0.1 with fresh host and client keys.
+- `testing.wan`: a wide-area link on loopback (a TCP proxy with delay, a bandwidth cap, blackholes and resets).
 - `testing.spark_cluster`: a real Spark standalone cluster on 127.0.0.1 (a master and workers, each its own
   process, started with the PySpark installation's bin/spark-class).
 """
