@@ -405,7 +405,28 @@ class Prefetched:
 
     @property
     def remote(self) -> bool:
-        return getattr(self._lister or self.source, "remote", False)
+        return (self._lister or self.source).remote
+
+    @property
+    def reads_seen(self) -> bool:
+        return False  # its reads of what was not read ahead come after the copy began: each lstats its segment
+
+    @property
+    def round_trip(self) -> float:
+        return (self._lister or self.source).round_trip
+
+    @property
+    def broken(self) -> bool:
+        return self._got is not None and self._got.broken
+
+    def keep_handles(self, most: int) -> None:
+        pass  # the pass's own sources keep their files (sej.hub.location.Sources.kept)
+
+    def forget(self, journals: set[str] | None = None) -> None:
+        pass  # as keep_handles: the pass's sources are told
+
+    def tidy(self) -> None:
+        pass  # as keep_handles
 
     def close(self) -> None:
         pass  # the pass closes its sources
@@ -563,8 +584,8 @@ def copy_all(
         # Over SFTP, reads and commits go over the workers' channels; a local source's calls stay in this
         # thread (a daemon thread in sej-hub): one stuck in the kernel must not hold up the process's exit,
         # as a pool thread would.
-        remote = getattr(lister, "remote", False)
-        reads_seen = getattr(lister, "reads_seen", False)  # SftpSource.read_seen: a read without an lstat first
+        remote = lister.remote
+        reads_seen = lister.reads_seen  # SftpSource.read_seen: a read without an lstat first
 
         def spread(calls: list[Call]) -> list[Any]:
             if kept is not None:
@@ -716,7 +737,7 @@ def _probe(lister: Source, plans: list[_Plan], outcomes: dict[str, JournalOutcom
     PROBE_TOGETHER_RTT or more, both lstats of every journal go at once (one round trip)."""
     known = [(p, p.tail) for p in plans if p.tail is not None and p.committed == p.tail.next_offset]
     # Far away, a round trip costs more than the lstats saved: both at once then, as one step.
-    together = getattr(lister, "round_trip", 0.0) >= PROBE_TOGETHER_RTT
+    together = lister.round_trip >= PROBE_TOGETHER_RTT
     # A hub's last segment that is empty is the next one itself: nothing after it to look for.
     nexts = [(p, t) for p, t in known if segment_name(t.next_offset) != t.segment]
     calls: list[Call] = [("size", p.journal, t.segment) for p, t in known]

@@ -572,7 +572,7 @@ def copy_journal(
     open there after a successful copy. With `batch`, the copy's last bytes are made durable
     by `batch.sync()`, so the source must keep the commit for after it (`defers_commit`).
     """
-    if batch is not None and not getattr(source, "defers_commit", False):
+    if batch is not None and not source.defers_commit:
         raise ValueError("a copy made durable by a SyncBatch needs a source that commits after it")
     dest_dir = os.path.join(dest_root, destination_name(client_id, journal))
     dest = destinations.take(dest_dir) if destinations is not None else _Destination(dest_dir)
@@ -724,7 +724,7 @@ def _copy_segment(
 
         # Read before the bytes (the producer records them after writing); from the last copy's mark on, if
         # the hub's copy still reaches its anchor (recovery may have cut it back).
-        mark = dest.sums_mark or getattr(source, "sums_mark", lambda j, n: None)(journal, seg.name)
+        mark = dest.sums_mark or source.sums_mark(journal, seg.name)
         skip = mark.skip(seg.name, dest.size) if mark is not None else 0
         if skip:
             raw = source.read_sums(journal, seg.name, skip)

@@ -42,7 +42,7 @@ from ..layout import HUB_LOCK
 from ..lock import lock_file
 from .batch import CopyState, JournalOutcome, commit_pending, copy_all
 from .config import ClientConfig, HubConfig
-from .copy import CopyError, Destinations, open_journals
+from .copy import CopyError, Destinations, SumsMark, open_journals
 from .location import KeptOf, Sources, open_sources, transport_errors
 from .source import CONNECT_TIMEOUT, IO_TIMEOUT, Call, Source, SourceError, SourceSegment
 from .status import JournalPass, StatusBook
@@ -227,8 +227,30 @@ class _Watched:
     def __init__(self, src: Source, client: _Client) -> None:
         self.src = src
         self.client = client
-        self.remote = getattr(src, "remote", False)
-        self.reads_seen = getattr(src, "reads_seen", False)
+        # Every capability of the Source protocol, forwarded (a missing one, round_trip, kept far producers'
+        # probes in two round trips).
+        self.remote = src.remote
+        self.reads_seen = src.reads_seen
+        self.round_trip = src.round_trip
+        self.defers_commit = src.defers_commit
+
+    @property
+    def broken(self) -> bool:
+        return self.src.broken
+
+    def sums_mark(self, journal: str, name: str) -> SumsMark | None:
+        return self.src.sums_mark(journal, name)
+
+    def keep_handles(self, most: int) -> None:
+        with self.client.call():
+            self.src.keep_handles(most)
+
+    def forget(self, journals: set[str] | None = None) -> None:
+        self.src.forget(journals)
+
+    def tidy(self) -> None:
+        with self.client.call():
+            self.src.tidy()
 
     def journals(self) -> list[str]:
         with self.client.call():

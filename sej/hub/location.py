@@ -129,16 +129,14 @@ class Sources:
         open, until it breaks (then a new one). The caller uses each from one thread at a time."""
         with self._lock:
             src = self._kept.get(k)
-            if src is not None and not getattr(src, "broken", False):
+            if src is not None and not src.broken:
                 return src
             self._kept.pop(k, None)
         if src is not None:
             src.close()
         src = self._make()
         try:
-            keep = getattr(src, "keep_handles", None)
-            if keep is not None:
-                keep(KEEP_HANDLES)
+            src.keep_handles(KEEP_HANDLES)
         except BaseException:
             src.close()
             raise
@@ -149,19 +147,16 @@ class Sources:
     def forget(self, journals: set[str]) -> None:
         """Let the kept sources go of what they hold open for `journals` (gone, failed or stalled)."""
         for src in self._kept_now():
-            forget = getattr(src, "forget", None)
-            if forget is not None:
-                forget(journals)
+            src.forget(journals)
 
     def tidy(self) -> None:
         """Close what the kept sources let go of, or kept open for long (SftpSource.tidy). A source that fails
         to is broken (replaced when next asked for); the pass that tidies is not failed for it."""
         errors: tuple[type[BaseException], ...] = (SejError, *transport_errors())
         for src in self._kept_now():
-            tidy = getattr(src, "tidy", None)
-            if tidy is not None and not getattr(src, "broken", False):
+            if not src.broken:
                 try:
-                    tidy()
+                    src.tidy()
                 except errors as e:
                     log.debug("%s: closing the files kept open: %s", self.label, e)
 

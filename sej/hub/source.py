@@ -45,6 +45,8 @@ from .pipeline import Op, SFTPStreamError, expect, expect_ok
 if TYPE_CHECKING:
     import paramiko  # SftpSource is given a paramiko SFTPClient: paramiko is imported where it is made (sej.hub.ssh)
 
+    from .copy import SumsMark
+
 log = logging.getLogger("sej.hub")
 
 
@@ -153,12 +155,55 @@ class SourceError(SejError):
 
 
 class Source(Protocol):
-    """What the copier needs from a producer's side."""
+    """What the copier needs from a producer's side.
+
+    The capabilities below the calls are declared here, not probed with getattr: a wrapper (the daemon's watched
+    source, a pass's Prefetched) must say what it forwards, or a type checker and the tests name what it lacks.
+    """
 
     @property
     def remote(self) -> bool:
         """Over the network (SFTP): its calls can be spread over threads, since a stuck one is ended by
         closing the connection. A local call stuck in the kernel cannot be ended; it stays in a daemon thread."""
+        ...
+
+    @property
+    def reads_seen(self) -> bool:
+        """`many` takes ("read_seen", journal, name, pos, size) calls: a read without an lstat of its own, right after
+        the pass's probe or listing lstat'ed the segment (sej.hub.batch)."""
+        ...
+
+    @property
+    def round_trip(self) -> float:
+        """Seconds of one round trip to the producer, as first measured (0.0 on this machine): from
+        sej.hub.batch.PROBE_TOGETHER_RTT on, the probe asks a journal's two lstats at once."""
+        ...
+
+    @property
+    def defers_commit(self) -> bool:
+        """`commit_offset` only keeps the offset, for the pass to commit with the others after their copies are
+        durable (sej.hub.batch.Prefetched); a copy made durable by a SyncBatch needs such a source."""
+        ...
+
+    @property
+    def broken(self) -> bool:
+        """A transport failure left it unusable (requests may still be in flight): a kept one is replaced."""
+        ...
+
+    def sums_mark(self, journal: str, name: str) -> SumsMark | None:
+        """How far an earlier pass read the checksum file of segment `name` (sej.hub.copy.SumsMark); None: unknown."""
+        ...
+
+    def keep_handles(self, most: int) -> None:
+        """Keep up to `most` files open between calls (the daemon's kept sources); nothing to keep: a no-op."""
+        ...
+
+    def forget(self, journals: set[str] | None = None) -> None:
+        """Let go of what is kept open or cached for `journals` (all, without)."""
+        ...
+
+    def tidy(self) -> None:
+        """Close what was let go of, or kept open for long (at the end of each pass)."""
         ...
 
     def journals(self) -> list[str]: ...
@@ -254,6 +299,10 @@ class LocalSource:
     """
 
     remote = False
+    reads_seen = False
+    round_trip = 0.0
+    defers_commit = False
+    broken = False  # nothing to break: a failed call fails alone
 
     def __init__(self, root: str) -> None:
         root = os.path.abspath(root)
@@ -420,6 +469,18 @@ class LocalSource:
     def describe(self, journal: str, name: str = "") -> str:
         return os.path.join(self.root, journal, SEGMENT_DIR, name) if name else os.path.join(self.root, journal)
 
+    def sums_mark(self, journal: str, name: str) -> SumsMark | None:
+        return None
+
+    def keep_handles(self, most: int) -> None:
+        pass  # every call opens and closes its files: nothing is kept
+
+    def forget(self, journals: set[str] | None = None) -> None:
+        pass
+
+    def tidy(self) -> None:
+        pass
+
     def close(self) -> None:
         pass
 
@@ -441,6 +502,7 @@ class SftpSource:
 
     remote = True
     reads_seen = True  # `many` takes ("read_seen", ...) calls (sej.hub.batch, right after its probe or listing)
+    defers_commit = False
 
     def __init__(self, sftp: paramiko.SFTPClient, root: str, label: str) -> None:
         from .pipeline import Pipeline
@@ -1137,6 +1199,9 @@ class SftpSource:
     def describe(self, journal: str, name: str = "") -> str:
         path = posixpath.join(self.root, journal, SEGMENT_DIR, name) if name else posixpath.join(self.root, journal)
         return f"{self.label}:{path}"
+
+    def sums_mark(self, journal: str, name: str) -> SumsMark | None:
+        return None  # what a pass remembers of checksum files is in its CopyState (Prefetched says it)
 
     def close(self) -> None:
         try:
