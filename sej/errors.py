@@ -137,6 +137,11 @@ class UnsafeFileError(SejError):
         self.expected = expected
 
 
+class ProtocolError(SejError):
+    """Bytes from a peer that do not follow a wire protocol (`sej serve`'s): a frame too big, a body that does
+    not decode, a message of the wrong shape. The message names what was wrong; the stream is not used again."""
+
+
 class CorruptionWarning(UserWarning):
     """Issued when the writer cut a corrupt tail and moved it aside."""
 

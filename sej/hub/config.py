@@ -20,6 +20,8 @@
     known_hosts = "/etc/sej/known_hosts"     # optional
     accept_new_host_key = false          # optional
     remote_root = "/var/lib/app"         # a sharded root or one journal on the producer
+    transport = "auto"                   # optional: "serve" (sej serve on the producer), "sftp", or "auto"
+    serve_command = "sej"                # optional: the producer's sej, e.g. "/opt/app/venv/bin/sej"
 
     [[client]]
     client_id = "here"
@@ -42,7 +44,7 @@ from typing import Any
 
 from ..errors import InvalidArgumentError
 from ..layout import check_reader_name
-from .location import Origin
+from .location import TRANSPORTS, Origin
 from .names import check_client_id
 
 MAX_WORKERS = 64
@@ -60,7 +62,8 @@ TOP_KEYS = ("hub_root", "hub_name", "poll_interval", "commit_interval", "workers
 LOG_FORMATS = ("text", "json")
 HEALTH_MIN_AGE = 30.0
 """The shortest default of health_max_age (seconds); it is at least 10 poll intervals."""
-SSH_KEYS = ("host", "port", "user", "identity_file", "remote_root", "known_hosts", "accept_new_host_key")
+SSH_KEYS = ("host", "port", "user", "identity_file", "remote_root", "known_hosts", "accept_new_host_key", "transport",
+            "serve_command")  # fmt: skip
 CLIENT_KEYS = ("client_id", "local_root", *SSH_KEYS)
 
 
@@ -77,6 +80,8 @@ class ClientConfig:
     remote_root: str | None = None
     known_hosts: str | None = None
     accept_new_host_key: bool = False
+    transport: str = "auto"
+    serve_command: str = "sej"
 
     @property
     def is_local(self) -> bool:
@@ -89,7 +94,7 @@ class ClientConfig:
             return Origin(self.local_root)
         assert self.host is not None and self.remote_root is not None  # parse_config checked it
         return Origin(self.remote_root, self.host, self.port, self.user, self.identity_file, self.known_hosts,
-                      self.accept_new_host_key)  # fmt: skip
+                      self.accept_new_host_key, self.transport, self.serve_command)  # fmt: skip
 
     def describe(self) -> str:
         """Where the client's journals are, for messages: a local path or ssh://[user@]host[:port]/root."""
@@ -244,6 +249,13 @@ def _client(entry: dict[str, Any], n: int, where: str, base: str) -> ClientConfi
         raise _bad(ctx, "accept_new_host_key", accept, "must be true or false")
     identity = entry.get("identity_file")
     known_hosts = entry.get("known_hosts")
+    transport = entry.get("transport", "auto")
+    if transport not in TRANSPORTS:
+        raise _bad(ctx, "transport", transport, f"must be one of {', '.join(map(repr, TRANSPORTS))}")
+    serve_command = entry.get("serve_command", "sej")
+    if not isinstance(serve_command, str) or not serve_command.strip() or any(c in serve_command for c in "\0\n\r"):
+        raise _bad(ctx, "serve_command", serve_command, "must be a command line on the producer, e.g. "
+                   "'/opt/app/venv/bin/sej'")  # fmt: skip
     return ClientConfig(
         cid,
         host=host,
@@ -253,6 +265,8 @@ def _client(entry: dict[str, Any], n: int, where: str, base: str) -> ClientConfi
         remote_root=remote_root,
         known_hosts=None if known_hosts is None else _local_path(known_hosts, "known_hosts", ctx, base),
         accept_new_host_key=accept,
+        transport=transport,
+        serve_command=serve_command,
     )
 
 

@@ -49,6 +49,16 @@ class Location(NamedTuple):
         return f"ssh://{user}{self.host}{port}{self.path}"
 
 
+TRANSPORTS = ("auto", "serve", "sftp")
+"""How an SSH origin is read: `sej serve` on the producer, SFTP, or serve when the producer has it (auto)."""
+
+
+def check_transport(value: object) -> str:
+    if value not in TRANSPORTS:
+        raise InvalidArgumentError(f"transport must be one of {', '.join(TRANSPORTS)}, got {value!r}")
+    return str(value)
+
+
 def parse_location(text: str) -> Location | None:
     """The SSH location in `text`, or None when it is a local path; bad ssh:// URLs raise."""
     if not text.startswith("ssh://"):
@@ -68,7 +78,9 @@ class Origin:
 
     `root` is a sharded root or one journal. The SSH settings not given here come from
     ~/.ssh/config (sej.hub.ssh.resolve); only keys authenticate, and a host key is checked
-    against known_hosts unless accept_new_host_key is set.
+    against known_hosts unless accept_new_host_key is set. `transport` is how an SSH origin
+    is read: "serve" (`serve_command serve ROOT` on the producer, sej.hub.serve_source), "sftp",
+    or "auto" (serve, else SFTP).
     """
 
     root: str
@@ -78,6 +90,8 @@ class Origin:
     identity: str | None = None
     known_hosts: str | None = None
     accept_new_host_key: bool = False
+    transport: str = "auto"
+    serve_command: str = "sej"
 
     @classmethod
     def parse(
@@ -87,12 +101,15 @@ class Origin:
         identity: str | None = None,
         known_hosts: str | None = None,
         accept_new_host_key: bool = False,
+        transport: str = "auto",
+        serve_command: str = "sej",
     ) -> Origin:
         """The origin a location names: ssh://[user@]host[:port]/path, or else a local path."""
         loc = parse_location(text)
         if loc is None:
             return cls(text)
-        return cls(loc.path, loc.host, loc.port, loc.user, identity, known_hosts, accept_new_host_key)
+        return cls(loc.path, loc.host, loc.port, loc.user, identity, known_hosts, accept_new_host_key,
+                   check_transport(transport), serve_command)  # fmt: skip
 
     @property
     def is_local(self) -> bool:
@@ -209,7 +226,9 @@ def open_sources(
     origin: Origin, *, connect_timeout: float = CONNECT_TIMEOUT, io_timeout: float = IO_TIMEOUT,
     client_id: str | None = None,
 ) -> Sources:  # fmt: skip
-    """The Sources of `origin`: LocalSources of its root, or SftpSources over one new SSH connection.
+    """The Sources of `origin`: LocalSources of its root, or ServeSources or SftpSources over one new SSH
+    connection (`origin.transport`; "auto" falls back to SFTP, saying why in one log line, when `sej serve`
+    cannot be run there).
 
     Connecting resolves the host with ~/.ssh/config and fails with an SshError or HostKeyError
     naming the reason (after at most `connect_timeout` seconds per step). Over SSH, an SFTP
@@ -233,7 +252,19 @@ def open_sources(
     client = ssh.connect(ep, accept_new_host_key=origin.accept_new_host_key, timeout=connect_timeout,
                          log_as=client_id)  # fmt: skip
     try:
-        make: Callable[[], Source] = ssh.sftp_sources(client, origin.root, label, io_timeout)
+        make: Callable[[], Source] | None = None
+        if origin.transport != "sftp":
+            from .serve_source import ServeUnavailable, serve_sources
+
+            try:
+                make = serve_sources(client, origin.root, label, io_timeout, origin.serve_command)
+            except ServeUnavailable as e:
+                if origin.transport == "serve":
+                    raise
+                log.warning("sej serve is not available, copying over SFTP: %s", e,
+                            extra={"client": client_id} if client_id else None)  # fmt: skip
+        if make is None:
+            make = ssh.sftp_sources(client, origin.root, label, io_timeout)
     except BaseException:
         client.close()
         raise

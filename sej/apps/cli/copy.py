@@ -11,7 +11,7 @@ from collections.abc import Callable
 import click
 
 from ...hub.batch import CopyState, JournalOutcome, copy_all, state_file
-from ...hub.location import Origin, open_sources, parse_location
+from ...hub.location import TRANSPORTS, Origin, open_sources, parse_location
 from ...hub.names import check_client_id
 from ...hub.source import Source
 from ...layout import segment_dir
@@ -33,6 +33,10 @@ def default_client_id(host: str | None) -> str:
 @click.option("--known-hosts", type=click.Path(dir_okay=False), help="known_hosts file (default: ~/.ssh/known_hosts).")
 @click.option("--accept-new-host-key", is_flag=True, help="Trust and record an unknown host key (never the default).")
 @click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True, help="Journals copied at once.")
+@click.option("--transport", type=click.Choice(TRANSPORTS), default="auto", show_default=True,
+              help="ssh:// sources: `sej serve` on the source (serve), SFTP (sftp), or serve if the source has it.")
+@click.option("--serve-command", default="sej", show_default=True,
+              help="The sej program on the source, for a sej not on its PATH (e.g. /opt/app/venv/bin/sej).")
 def copy_cmd(
     src: str,
     dst: str,
@@ -42,11 +46,14 @@ def copy_cmd(
     known_hosts: str | None,
     accept_new_host_key: bool,
     workers: int,
+    transport: str,
+    serve_command: str,
 ) -> None:
     """Copy every journal of SRC that DST lacks, exactly once, then exit.
 
     SRC is a local journal or sharded root, or ssh://[user@]host[:port]/path
-    (SFTP; ~/.ssh/config host entries apply). DST is the local hub root: each
+    (~/.ssh/config host entries apply), read through `sej serve` on the source
+    when it has sej, else over SFTP (--transport). DST is the local hub root: each
     journal goes to DST/<client-id>.<journal>. The hub's position is committed on
     the source as the reader offset --reader-name after each durable write.
 
@@ -58,7 +65,8 @@ def copy_cmd(
         raise usage(f"DST must be a local directory (the hub root), got {dst}")
     if client_id is not None:
         check_client_id(client_id)  # a bad one is a usage error, before anything is copied
-    origin = Origin.parse(src, identity=identity, known_hosts=known_hosts, accept_new_host_key=accept_new_host_key)
+    origin = Origin.parse(src, identity=identity, known_hosts=known_hosts, accept_new_host_key=accept_new_host_key,
+                          transport=transport, serve_command=serve_command)  # fmt: skip
     if origin.is_local:
         if not os.path.isdir(src):
             raise usage(f"{src} does not exist or is not a directory")

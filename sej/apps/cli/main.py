@@ -26,6 +26,7 @@ COMMANDS = {
     "old": "maintenance:old",
     "reset": "readers:reset",
     "scan": "messages:scan",
+    "serve": "serve:serve_cmd",
     "stat": "maintenance:stat",
     "tail": "messages:tail",
     "verify": "maintenance:verify",

@@ -1,0 +1,231 @@
+"""The producer's side of the serve transport: `sej serve ROOT`, speaking sej.hub.serve_protocol on stdin/stdout.
+
+Every call is answered by a LocalSource of ROOT, so the server is exactly as careful with the tree
+as the hub is locally: names validated, no link followed, no FIFO or device opened, nothing read
+outside ROOT, sizes bounded. It writes nothing but reader offset files (`ofs/<reader>.ofs`, with
+sej.offset's own in-place write and fsync). With `restrict` (for a key pinned to it in
+authorized_keys) it serves ROOT whatever the hub asks for, and commits only the reader `reader`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import CorruptionError, InvalidArgumentError, ProtocolError, SejError, UnsafeFileError
+from . import serve_protocol as wire
+from .names import check_journal_name
+from .source import LocalSource
+
+log = logging.getLogger("sej.hub.serve")
+
+READ_SIZE = 1 << 20
+"""Bytes read from stdin at a time."""
+
+
+class _OneJournal:
+    """A LocalSource of a root that shows one journal of it only (the hub asked for a journal under ROOT)."""
+
+    def __init__(self, source: LocalSource, journal: str) -> None:
+        self.source, self.journal = source, journal
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        method = getattr(self.source, name)
+
+        def only(journal: str, *args: Any) -> Any:
+            if journal != self.journal:
+                raise InvalidArgumentError(f"this server serves the journal {self.journal} only, not {journal!r}")
+            return method(journal, *args)
+
+        return only
+
+    def journals(self) -> list[str]:
+        return [j for j in self.source.journals() if j == self.journal]
+
+    def skipped(self) -> dict[str, str]:
+        return {}
+
+
+def _error(call_id: int, e: BaseException) -> list[Any]:
+    """An ERROR message for what a call raised."""
+    if isinstance(e, FileNotFoundError):
+        return wire.error(call_id, "missing", str(e))
+    if isinstance(e, UnsafeFileError):
+        return wire.error(call_id, "unsafe", str(e), [e.path, e.kind, e.expected])
+    if isinstance(e, InvalidArgumentError):
+        return wire.error(call_id, "invalid", str(e))
+    if isinstance(e, CorruptionError):
+        return wire.error(call_id, "corrupt", str(e))
+    if isinstance(e, _Refused):
+        return wire.error(call_id, "refused", str(e))
+    if isinstance(e, SejError):
+        return wire.error(call_id, "source", str(e))
+    if isinstance(e, OSError):
+        return wire.error(call_id, "os", str(e), e.errno if isinstance(e.errno, int) and e.errno >= 0 else None)
+    return wire.error(call_id, "internal", f"{type(e).__name__}: {e}")
+
+
+class Session:
+    """One hub's session, as a state machine: `receive(bytes)` returns the bytes to send back.
+
+    `ended` once the stream is over (a refused hello, a bad frame): the caller sends what was returned
+    and stops. `on_watch` is called when the hub asks for pushed changes (serve() starts a watcher).
+    """
+
+    def __init__(self, root: str, restrict: bool = False, reader: str = "hub",
+                 on_watch: Callable[[str], None] | None = None) -> None:  # fmt: skip
+        self.root = os.path.abspath(root)
+        self.restrict = restrict
+        self.reader = reader
+        self.on_watch = on_watch
+        self.decoder = wire.Decoder()
+        self.source: Any = None  # after the hello: a LocalSource (or _OneJournal)
+        self.source_root = self.root  # the directory its journals are in
+        self.ended = False
+        self.greeted = False  # MAGIC sent
+
+    def receive(self, data: bytes) -> bytes:
+        self.decoder.feed(data)
+        out: list[bytes] = []
+        try:
+            for _ in range(1 << 30):  # every whole message fed (at most one per 5 bytes)
+                if self.ended:
+                    break
+                msg = self.decoder.next()
+                if msg is None:
+                    break
+                out += self._handle(msg)
+        except ProtocolError as e:  # nothing after a bad frame can be trusted: say why, then end
+            log.error("sej serve %s: %s", self.root, e)
+            if not self.greeted:  # the hub learns it is sej serve that refuses it
+                out.insert(0, wire.MAGIC)
+                self.greeted = True
+            out.append(wire.encode(wire.error(0, "protocol", str(e))))
+            self.ended = True
+        return b"".join(out)
+
+    def _handle(self, msg: list[Any]) -> list[bytes]:
+        if self.source is None:
+            return self._hello(msg)
+        if msg[0] == wire.CALL:
+            call_id, method, args = wire.parse_call(msg)
+            try:
+                return wire.reply(call_id, self._call(method, args))
+            except Exception as e:  # per call, as Source.many reports it; the stream goes on
+                return [wire.encode(_error(call_id, e))]
+        if msg[0] == wire.WATCH and len(msg) == 2 and self.on_watch is not None:
+            self.on_watch(self.root)
+            return []
+        raise ProtocolError(f"a {wire.KINDS[msg[0]]} message from the hub")
+
+    def _hello(self, msg: list[Any]) -> list[bytes]:
+        versions, asked = wire.parse_hub_hello(msg)
+        version = wire.choose_version(versions)
+        out = [wire.MAGIC]
+        self.greeted = True
+        if version is None:
+            self.ended = True
+            return [*out, wire.encode(wire.error(0, "refused", f"no common protocol version: the hub speaks "
+                                                 f"{versions[:8]}, this sej {list(wire.VERSIONS)}"))]  # fmt: skip
+        try:
+            self.source = self._open(asked)
+        except (SejError, OSError) as e:
+            self.ended = True
+            return [*out, wire.encode(wire.error(0, "refused", str(e)))]
+        from .. import __version__
+
+        return [*out, wire.encode(wire.server_hello(version, __version__, self.source_root))]
+
+    def _open(self, asked: str) -> Any:
+        """The source of the root the hub asked for: ROOT, or a journal directly under it."""
+        path = os.path.abspath(asked)  # a relative root is relative to the login's home, as over SFTP
+        if path == self.root:
+            source = LocalSource(self.root)
+            self.source_root = source.root
+            return source
+        if self.restrict and os.path.dirname(path) == self.root:  # one journal of ROOT: never followed out
+            self.source_root = self.root
+            return _OneJournal(LocalSource(self.root), check_journal_name(os.path.basename(path)))
+        if self.restrict:
+            raise InvalidArgumentError(f"this key may read {self.root} only, not {asked!r}")
+        raise InvalidArgumentError(f"this server serves {self.root}, not {asked!r}")
+
+    def _call(self, method: str, args: list[Any]) -> Any:
+        if method == "commit_offset":
+            journal, reader, value, sweep = args
+            if self.restrict and reader != self.reader:
+                raise _Refused(f"this key may commit the reader {self.reader} only, not {reader!r}")
+            # Restricted, the sweep of stale temp files (anyone's) is left to the producer's own tools.
+            self.source.commit_offset(journal, reader, value, sweep and not self.restrict)
+            return None
+        got = getattr(self.source, method)(*args)
+        if method == "journals":
+            return [got, self.source.skipped()]
+        if method == "segments":
+            return [[s.name, s.size] for s in got]
+        return got
+
+
+class _Refused(SejError):
+    """A call --restrict does not allow."""
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    for _ in range(len(data) + 1):  # each write writes at least one byte
+        if not view:
+            return
+        view = view[os.write(fd, view) :]
+
+
+def serve(root: str, restrict: bool = False, reader: str = "hub", stdin: int = 0, stdout: int = 1) -> int:
+    """Serve `root` on `stdin`/`stdout` until the hub closes the stream; the exit code (0: a clean end).
+
+    Whatever else writes to stdout (a stray print) would corrupt the stream: fd 1 is pointed at stderr and
+    the protocol goes to a private copy of it.
+    """
+    if not os.path.isdir(root):
+        print(f"sej serve: {root} is not a directory", file=sys.stderr)
+        return 2
+    out = os.dup(stdout)
+    if stdout == 1:
+        os.dup2(2, 1)
+    lock = threading.Lock()  # the session's replies and the watcher's pushes, whole frames each
+
+    def send(data: bytes) -> None:
+        with lock:
+            _write_all(out, data)
+
+    watcher: list[Any] = []
+
+    def on_watch(path: str) -> None:
+        if not watcher:
+            from .serve_watch import Pusher
+
+            watcher.append(Pusher(path, send))
+
+    session = Session(root, restrict, reader, on_watch)
+    try:
+        for _ in range(1 << 62):  # until the hub closes the stream
+            data = os.read(stdin, READ_SIZE)
+            if not data:
+                return 0 if session.decoder.pending == 0 else 1
+            reply = session.receive(data)
+            if reply:
+                send(reply)
+            if session.ended:
+                return 1
+        return 1
+    except (BrokenPipeError, ConnectionResetError):
+        return 0  # the hub went away
+    finally:
+        for w in watcher:
+            w.close()
+        os.close(out)
+
+
+__all__ = ["Session", "serve"]

@@ -1,0 +1,442 @@
+"""The hub's side of the serve transport: a Source over `sej serve` on the producer, through an SSH exec channel.
+
+One exec channel of the client's SSH connection runs `sej serve ROOT` (sej.hub.serve_server); every
+ServeSource of that client shares it (a `Connection`). Calls are pipelined: `many` sends all its calls
+at once and then waits for their replies, so each phase of a pass (sej.hub.batch) costs one round trip
+whatever the number of journals. A thread per connection reads the replies and hands each to its call.
+
+Every reply is hostile until checked (sej.hub.serve_protocol.check_result): names validated, sizes
+and counts bounded; the copy engine then checks frames and checksums as for any source.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import posixpath
+import shlex
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..errors import CorruptionError, InvalidArgumentError, ProtocolError, SejError, UnsafeFileError
+from . import serve_protocol as wire
+from .source import IO_TIMEOUT, Call, SourceError, SourceSegment
+
+if TYPE_CHECKING:
+    import paramiko
+
+log = logging.getLogger("sej.hub")
+
+HELLO_TIMEOUT = 15.0
+"""Seconds for `sej serve` to start and answer the hello (a Python start on a busy producer)."""
+
+RECV_SIZE = 1 << 20
+
+SEND_BATCH = 1 << 20
+"""Bytes of calls sent in one write: a pass's thousands of calls go out in a few SSH packets' worth each."""
+
+
+class ServeUnavailable(SourceError):
+    """`sej serve` could not be run on the producer, or what ran is not it (sej missing or too old, a forced
+    sftp-server, a shell's error): with transport "auto" the hub copies over SFTP instead."""
+
+
+def serve_command_line(command: str, root: str) -> str:
+    """The remote command line: `command` (a program and its first arguments, as a shell reads them) + serve ROOT."""
+    return f"{command} serve {shlex.quote(root)}"
+
+
+class _Call:
+    """A call under way: its method and arguments, the bytes of its result so far, and how it ended."""
+
+    __slots__ = ("method", "args", "limit", "parts", "size", "done", "value", "error")
+
+    def __init__(self, method: str, args: list[Any]) -> None:
+        self.method, self.args = method, args
+        self.limit = wire.result_limit(method, args)
+        self.parts: list[bytes] = []
+        self.size = 0
+        self.done = False
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+
+class Connection:
+    """`sej serve` on one exec channel: the hello, then calls pipelined, their replies read by a thread.
+
+    `failed` is set once the stream is unusable (closed, a bad frame, a stall): every call waiting and
+    every later one raises a SourceError saying why. `on_changed(journals)` hears the server's pushes.
+    """
+
+    def __init__(self, channel: paramiko.Channel, label: str, root: str, io_timeout: float = IO_TIMEOUT,
+                 hello_timeout: float = HELLO_TIMEOUT, command: str = "") -> None:  # fmt: skip
+        self.channel, self.label, self.io_timeout = channel, label, io_timeout
+        self.command = command
+        self._decoder = wire.Decoder(magic=True)
+        self._calls: dict[int, _Call] = {}
+        self._next_id = 1
+        self._cond = threading.Condition()
+        self._send_lock = threading.Lock()
+        self.failed: SourceError | None = None
+        self.on_changed: Callable[[list[str]], None] | None = None
+        self.heard = time.monotonic()  # when the server last sent anything
+        started = time.monotonic()
+        self.version, self.sej_version, self.root = self._hello(root, hello_timeout)
+        self.round_trip = time.monotonic() - started  # the hello's (sej.hub.batch's probe reads it)
+        self._thread = threading.Thread(target=self._read_replies, name=f"sej-serve {label}", daemon=True)
+        self._thread.start()
+
+    # The hello, in the caller's thread.
+
+    def _hello(self, root: str, timeout: float) -> tuple[int, str, str]:
+        try:
+            self.channel.settimeout(timeout)
+            self.channel.sendall(wire.encode(wire.hub_hello(root)))
+            deadline = time.monotonic() + timeout
+            for _ in range(1 << 20):  # each recv returns at least a byte, or ends the loop
+                msg = self._decoder.next()
+                if msg is not None:
+                    return wire.parse_server_hello(msg)
+                if time.monotonic() > deadline:
+                    break
+                data = self.channel.recv(RECV_SIZE)
+                if not data:
+                    raise ServeUnavailable(f"{self.label}: {self.command or 'sej serve'} ended without a hello"
+                                           f"{self._exit_why()}")  # fmt: skip
+                self._decoder.feed(data)
+            raise ServeUnavailable(f"{self.label}: no hello from {self.command or 'sej serve'} within {timeout:g} s")
+        except ProtocolError as e:
+            raise ServeUnavailable(f"{self.label}: {e}{self._exit_why()}") from None
+        except TimeoutError:
+            raise ServeUnavailable(f"{self.label}: no hello from {self.command or 'sej serve'} within {timeout:g} s"
+                                   ) from None  # fmt: skip
+        except (OSError, EOFError) as e:
+            raise ServeUnavailable(f"{self.label}: {e or type(e).__name__}{self._exit_why()}") from None
+        finally:
+            try:
+                self.channel.settimeout(min(1.0, self.io_timeout))  # the reader thread's poll of `failed`
+            except (OSError, EOFError):
+                pass
+
+    def _exit_why(self) -> str:
+        """What the remote command said and how it exited, if it did (a shell's `sej: not found`, 127)."""
+        parts = []
+        try:
+            if self.channel.recv_stderr_ready():
+                text = self.channel.recv_stderr(4096).decode("utf-8", "replace").strip().splitlines()
+                if text:
+                    parts.append(repr(text[-1][:300]))
+            if self.channel.status_event.wait(1.0):  # bounded: the exit status comes with the EOF, or not at all
+                parts.append(f"exit status {self.channel.exit_status}")
+        except (OSError, EOFError):
+            pass
+        return f" ({', '.join(parts)})" if parts else ""
+
+    # The replies, in the connection's thread.
+
+    def _read_replies(self) -> None:
+        try:
+            for _ in range(1 << 62):  # until the stream ends or fails
+                if self.failed is not None:
+                    return
+                try:
+                    data = self.channel.recv(RECV_SIZE)
+                except TimeoutError:  # nothing to read: a quiet producer (the waiting calls time out themselves)
+                    continue
+                except socket.timeout:
+                    continue
+                if not data:
+                    self._fail(SourceError(f"{self.label}: sej serve closed the stream{self._exit_why()}"))
+                    return
+                self.heard = time.monotonic()
+                self._decoder.feed(data)
+                for _ in range(len(data)):  # at most one message per byte fed
+                    msg = self._decoder.next()
+                    if msg is None:
+                        break
+                    self._dispatch(msg)
+        except ProtocolError as e:
+            self._fail(SourceError(f"{self.label}: sej serve: {e}"))
+        except (OSError, EOFError) as e:
+            self._fail(SourceError(f"{self.label}: {e or type(e).__name__}"))
+        except BaseException as e:  # a bug here must not leave the calls waiting
+            self._fail(SourceError(f"{self.label}: reading sej serve's replies: {type(e).__name__}: {e}"))
+            raise
+
+    def _dispatch(self, msg: list[Any]) -> None:
+        kind = msg[0]
+        if kind == wire.CHANGED:
+            journals = wire.parse_changed(msg)
+            if self.on_changed is not None:
+                self.on_changed(journals)
+            return
+        if kind == wire.ERROR and len(msg) == 5 and msg[1] == 0:
+            _id, _kind, text, _detail = wire.parse_error(msg)
+            raise ProtocolError(f"the server ended the stream: {text}")
+        if kind == wire.PART_:
+            call_id, piece = wire.parse_part(msg)
+            c = self._call(call_id)
+            c.size += len(piece)
+            if c.size > c.limit:
+                raise ProtocolError(f"call {call_id} ({c.method}): more than {c.limit} bytes in reply")
+            c.parts.append(piece)
+            return
+        if kind == wire.REPLY:
+            call_id, value = wire.parse_reply(msg)
+            c = self._call(call_id)
+            if c.parts:
+                if not isinstance(value, bytes):
+                    raise ProtocolError(f"call {call_id} ({c.method}): pieces of bytes, then {type(value).__name__}")
+                value = b"".join([*c.parts, value])
+            c.value = wire.check_result(c.method, c.args, value)
+            self._done(call_id)
+            return
+        if kind == wire.ERROR:
+            call_id, what, text, detail = wire.parse_error(msg)
+            self._call(call_id).error = self._error(what, text, detail)
+            self._done(call_id)
+            return
+        raise ProtocolError(f"a {wire.KINDS[kind]} message from the server")
+
+    def _call(self, call_id: int) -> _Call:
+        with self._cond:
+            c = self._calls.get(call_id)
+        if c is None:
+            raise ProtocolError(f"a reply to call {call_id}, which is not under way")
+        return c
+
+    def _done(self, call_id: int) -> None:
+        with self._cond:
+            c = self._calls.pop(call_id)
+            c.done = True
+            c.parts = []
+            self._cond.notify_all()
+
+    def _error(self, kind: str, text: str, detail: Any) -> BaseException:
+        """The exception a server's ERROR stands for, as a LocalSource would have raised it, naming the producer."""
+        where = f"{self.label}:"
+        if kind == "missing":
+            return FileNotFoundError(errno.ENOENT, where + text)
+        if kind == "unsafe":
+            return UnsafeFileError(where + detail[0], detail[1], detail[2])
+        if kind == "invalid":
+            return InvalidArgumentError(f"{where} {text}")
+        if kind == "corrupt":
+            return _Corrupt(f"{where} {text}")
+        if kind == "os":
+            return OSError(detail if detail is not None and detail < 1 << 31 else errno.EIO, where + text)
+        return SourceError(f"{where} sej serve: {text}" if kind in ("internal", "protocol") else f"{where} {text}")
+
+    def _fail(self, e: SourceError) -> None:
+        with self._cond:
+            if self.failed is None:
+                self.failed = e
+            for c in self._calls.values():
+                c.error, c.done = self.failed, True
+            self._calls.clear()
+            self._cond.notify_all()
+        try:
+            self.channel.close()  # the server sees its stdin end, and exits
+        except (OSError, EOFError):
+            pass
+
+    # Calls, from any thread.
+
+    def call_many(self, calls: list[Call]) -> list[Any]:
+        """Each call's checked result, or the SejError or OSError the server reported for it; a failed stream
+        raises a SourceError for all of them."""
+        pending: list[_Call] = []
+        frames: list[bytes] = []
+        for method, *args in calls:
+            if method not in wire.METHODS:
+                raise InvalidArgumentError(f"sej serve has no call {method!r}")
+            pending.append(_Call(method, args))
+        with self._send_lock:
+            with self._cond:
+                if self.failed is not None:
+                    raise self.failed
+                first = self._next_id
+                self._next_id += len(pending)
+                for k, c in enumerate(pending):
+                    self._calls[first + k] = c
+            try:
+                size = 0
+                for k, c in enumerate(pending):
+                    frames.append(wire.encode(wire.call(first + k, c.method, c.args)))
+                    size += len(frames[-1])
+                    if size >= SEND_BATCH:
+                        self._send(b"".join(frames))
+                        frames, size = [], 0
+                if frames:
+                    self._send(b"".join(frames))
+            except (OSError, EOFError) as e:
+                self._fail(SourceError(f"{self.label}: sending to sej serve: {e or type(e).__name__}"))
+        self._wait(pending)
+        return [c.error if c.error is not None else c.value for c in pending]
+
+    def _send(self, data: bytes) -> None:
+        self.channel.settimeout(self.io_timeout)  # a send stuck this long (no window from a stalled server) fails
+        self.channel.sendall(data)
+
+    def _wait(self, pending: list[_Call]) -> None:
+        with self._cond:
+            for c in pending:
+                for _ in range(1 << 30):  # woken by each reply, or each second
+                    if c.done:
+                        break
+                    silent = time.monotonic() - self.heard
+                    if silent >= self.io_timeout:
+                        break
+                    self._cond.wait(min(1.0, self.io_timeout - silent))
+                if not c.done:  # the server has said nothing for io_timeout while a call waits
+                    waited = self.io_timeout
+                    self._cond.release()
+                    try:
+                        self._fail(SourceError(f"{self.label}: no reply within {waited:g} s (the I/O timeout) from "
+                                               f"sej serve (waiting on {c.method} {' '.join(map(str, c.args))})"))
+                    finally:
+                        self._cond.acquire()
+        if self.failed is not None and any(c.error is self.failed for c in pending):
+            raise self.failed
+
+    def close(self) -> None:
+        self._fail(SourceError(f"{self.label}: the connection to sej serve was closed"))
+
+
+class _Corrupt(CorruptionError):
+    """A CorruptionError the server reported (its path and position are in the text)."""
+
+    def __init__(self, text: str) -> None:
+        SejError.__init__(self, text)
+        self.path, self.position, self.reason, self.length, self.quarantine = text, 0, text, 0, None
+
+
+def open_connection(transport: paramiko.Transport, root: str, label: str, command: str = "sej",
+                    io_timeout: float = IO_TIMEOUT, hello_timeout: float = HELLO_TIMEOUT) -> Connection:  # fmt: skip
+    """Run `command serve ROOT` on an exec channel of `transport` and say hello; ServeUnavailable why not."""
+    import paramiko
+
+    line = serve_command_line(command, root)
+    try:
+        channel = transport.open_session(timeout=hello_timeout)
+        channel.exec_command(line)
+    except (paramiko.SSHException, OSError, EOFError) as e:
+        raise ServeUnavailable(f"{label}: cannot run {line!r}: {e or type(e).__name__}") from None
+    try:
+        return Connection(channel, label, root, io_timeout, hello_timeout, line)
+    except BaseException:
+        channel.close()
+        raise
+
+
+class ServeSource:
+    """A Source over a Connection to `sej serve` (shared by every ServeSource of the client)."""
+
+    remote = True
+    reads_seen = False  # the server lstats what it opens itself, at no round trip
+    defers_commit = False
+
+    def __init__(self, conn: Connection, label: str) -> None:
+        self.conn, self.label = conn, label
+        self.root = conn.root
+        self._skipped: dict[str, str] = {}
+
+    @property
+    def round_trip(self) -> float:
+        return self.conn.round_trip
+
+    @property
+    def broken(self) -> bool:
+        return self.conn.failed is not None
+
+    def sums_mark(self, journal: str, name: str) -> None:
+        return None  # only a pass's Prefetched knows
+
+    def keep_handles(self, most: int) -> None:
+        """Nothing to keep: the server opens what it reads on its own machine, at no round trip."""
+
+    def forget(self, journals: set[str] | None = None) -> None:
+        """Nothing kept."""
+
+    def tidy(self) -> None:
+        """Nothing kept."""
+
+    def _convert(self, method: str, value: Any) -> Any:
+        if isinstance(value, BaseException):
+            return value
+        if method == "journals":
+            names, self._skipped = value
+            return names
+        if method == "segments":
+            return [SourceSegment(*s) for s in value]
+        return value
+
+    def many(self, calls: list[Call]) -> list[Any]:
+        results = self.conn.call_many(calls)
+        return [self._convert(c[0], r) for c, r in zip(calls, results, strict=True)]
+
+    def _one(self, *call: Any) -> Any:
+        (result,) = self.many([call])
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def journals(self) -> list[str]:
+        return self._one("journals")  # type: ignore[no-any-return]
+
+    def skipped(self) -> dict[str, str]:
+        return dict(self._skipped)
+
+    def segments(self, journal: str) -> list[SourceSegment]:
+        return self._one("segments", journal)  # type: ignore[no-any-return]
+
+    def size(self, journal: str, name: str) -> int | None:
+        return self._one("size", journal, name)  # type: ignore[no-any-return]
+
+    def read(self, journal: str, name: str, pos: int, size: int) -> bytes:
+        return self._one("read", journal, name, pos, size)  # type: ignore[no-any-return]
+
+    def read_sums(self, journal: str, name: str, skip: int = 0) -> bytes | None:
+        return self._one("read_sums", journal, name, skip)  # type: ignore[no-any-return]
+
+    def read_offset(self, journal: str, reader: str) -> int | None:
+        return self._one("read_offset", journal, reader)  # type: ignore[no-any-return]
+
+    def commit_offset(self, journal: str, reader: str, value: int, sweep: bool = True) -> None:
+        self._one("commit_offset", journal, reader, value, sweep)
+
+    def describe(self, journal: str, name: str = "") -> str:
+        path = posixpath.join(self.root, journal, "jnl", name) if name else posixpath.join(self.root, journal)
+        return f"{self.label}:{path}"
+
+    def close(self) -> None:
+        pass  # the connection is the client's (serve_sources), closed with its SSH connection
+
+
+def serve_sources(client: paramiko.SSHClient, root: str, label: str, io_timeout: float = IO_TIMEOUT,
+                  command: str = "sej", hello_timeout: float = HELLO_TIMEOUT) -> Callable[[], ServeSource]:  # fmt: skip
+    """A factory of ServeSources over one `sej serve` on the producer (started now: ServeUnavailable if it
+    cannot be). A connection that failed (the server killed, a stall) is replaced by the next Source asked for."""
+    from .ssh import SshError
+
+    transport = client.get_transport()
+    if transport is None or not transport.is_active():
+        raise SshError(f"{label}: the SSH connection is closed")
+    lock = threading.Lock()
+    current = [open_connection(transport, root, label, command, io_timeout, hello_timeout)]
+    log.debug("%s: sej serve %s, protocol %d, serving %s", label, current[0].sej_version, current[0].version,
+              current[0].root)  # fmt: skip
+
+    def make() -> ServeSource:
+        with lock:
+            if current[0].failed is not None:
+                current[0] = open_connection(transport, root, label, command, io_timeout, hello_timeout)
+            return ServeSource(current[0], label)
+
+    return make
+
+
+__all__ = ["Connection", "ServeSource", "ServeUnavailable", "open_connection", "serve_sources"]
