@@ -1,0 +1,304 @@
+"""The serve protocol without sshd: its pure decoder fuzzed from both ends, the server's refusals (links, FIFOs,
+names, other readers), and a hostile server against the hub's Connection, over a socketpair in this process."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from typing import Any
+
+import msgpack
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import sej
+from sej.errors import ProtocolError
+from sej.hub import copy_all
+from sej.hub import serve_protocol as wire
+from sej.hub.serve_server import Session, serve
+from sej.hub.serve_source import Connection, ServeSource
+from sej.hub.source import SourceError
+from testing.timing import scaled
+
+from .test_hub_copy import assert_identical, produce
+
+FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+class SocketChannel:
+    """The part of a paramiko Channel the Connection uses, over a socket."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.status_event = threading.Event()
+        self.exit_status = -1
+
+    def settimeout(self, t: float | None) -> None:
+        self.sock.settimeout(t)
+
+    def sendall(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def recv(self, n: int) -> bytes:
+        return self.sock.recv(n)
+
+    def recv_stderr_ready(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+
+
+def serving(root: str, restrict: bool = False, asked: str | None = None, io_timeout: float = 10.0) -> Connection:
+    """A Connection to `serve(root)` running in a thread of this process, over a socketpair."""
+    hub, server = socket.socketpair()
+    fd = server.detach()
+    t = threading.Thread(target=lambda: (serve(root, restrict=restrict, stdin=fd, stdout=fd), os.close(fd)),
+                         daemon=True)  # fmt: skip
+    t.start()
+    return Connection(SocketChannel(hub), "t", asked or root, io_timeout=scaled(io_timeout))
+
+
+def test_a_copy_through_serve_in_process_is_byte_identical(tmp_path) -> None:
+    src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
+    produce(src, 2000, segment_size=4000)
+    conn = serving(src)
+    try:
+        out = copy_all(lambda: ServeSource(conn, "t"), hub, "c1", "hub")
+    finally:
+        conn.close()
+    assert all(o.error is None for o in out), [o.error for o in out]
+    assert_identical(src, hub)
+
+
+def test_the_server_refuses_links_fifos_bad_names_and_reads_too_big(tmp_path) -> None:
+    root = tmp_path / "root"
+    produce(str(root), 200)
+    journal = sorted(os.listdir(root))[0]
+    outside = tmp_path / "outside"
+    produce(str(outside), 50)
+    os.symlink(outside / sorted(os.listdir(outside))[0], root / "linked")  # a journal that is a link
+    os.mkfifo(root / journal / "jnl" / ("e" * 16 + ".jnl"))
+    conn = serving(str(root))
+    try:
+        names, skipped = conn.call_many([("journals",)])[0]
+        assert "linked" not in names and "symlink" in skipped["linked"]
+        got = conn.call_many([("segments", "linked"), ("segments", journal), ("read", journal, "e" * 16 + ".jnl", 0, 1),
+                              ("read", "../outside", "0" * 16 + ".jnl", 0, 10), ("read_offset", journal, "../x"),
+                              ("commit_offset", journal, "a/b", 1, True)])  # fmt: skip
+        assert isinstance(got[0], sej.UnsafeFileError) and "symlink" in str(got[0])
+        assert isinstance(got[1], sej.UnsafeFileError) and "FIFO" in str(got[1])  # the listing names it
+        assert isinstance(got[2], sej.UnsafeFileError) and "FIFO" in str(got[2])
+        assert all(isinstance(g, sej.InvalidArgumentError) for g in got[3:]), got[3:]
+        assert not os.path.exists(root / journal / "ofs" / "a")
+        # A read bigger than the protocol allows ends the stream, naming it.
+        with pytest.raises(SourceError, match="a read of"):
+            conn.call_many([("read", journal, "0" * 16 + ".jnl", 0, wire.MAX_READ + 1)])
+    finally:
+        conn.close()
+
+
+def test_restricted_the_server_commits_only_its_reader_and_serves_only_its_root(tmp_path) -> None:
+    root = tmp_path / "root"
+    produce(str(root), 200)
+    journal = sorted(os.listdir(root))[0]
+    with pytest.raises(SourceError, match="may read .* only"):
+        serving(str(root), restrict=True, asked=str(tmp_path))
+    conn = serving(str(root), restrict=True, asked=str(root / journal))  # one journal of the root: served alone
+    try:
+        assert ServeSource(conn, "t").journals() == [journal]
+        other = sorted(os.listdir(root))[1]
+        assert isinstance(conn.call_many([("segments", other)])[0], sej.InvalidArgumentError)
+        assert conn.call_many([("commit_offset", journal, "hub", 7, True)]) == [None]
+        (refused,) = conn.call_many([("commit_offset", journal, "billing", 7, True)])
+        assert isinstance(refused, SourceError) and "reader hub only" in str(refused)
+        assert sorted(os.listdir(root / journal / "ofs")) == ["hub.ofs"]
+        assert sej.Offset(str(root / journal), "hub").value == 7
+    finally:
+        conn.close()
+
+
+# The decoder, from both ends.
+
+
+@FUZZ
+@given(st.binary(max_size=2000), st.booleans())
+def test_random_bytes_decode_to_messages_or_a_protocol_error(data: bytes, magic: bool) -> None:
+    d = wire.Decoder(magic=magic)
+    d.feed(data)
+    try:
+        for _ in range(len(data) + 1):
+            if d.next() is None:
+                break
+    except ProtocolError:
+        with pytest.raises(ProtocolError):  # and stays failed
+            d.next()
+
+
+MESSAGES = st.one_of(
+    st.builds(wire.call, st.integers(1, 1 << 40), st.sampled_from(sorted(wire.METHODS)),
+              st.lists(st.one_of(st.text(max_size=20), st.integers(0, (1 << 64) - 1), st.booleans()), max_size=5)),
+    st.builds(lambda i, b: [wire.PART_, i, b], st.integers(0, 1 << 40), st.binary(max_size=100)),
+    st.builds(lambda i, v: [wire.REPLY, i, v], st.integers(0, 1 << 40),
+              st.recursive(st.none() | st.integers(-5, (1 << 64) - 1) | st.text(max_size=10) | st.binary(max_size=10),
+                           lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=5), c, max_size=3),
+                           max_leaves=10)),
+    st.builds(wire.changed, st.lists(st.text(max_size=12), max_size=4)),
+)  # fmt: skip
+
+
+@FUZZ
+@given(st.lists(MESSAGES, min_size=1, max_size=6), st.integers(0, 10_000))
+def test_a_stream_cut_anywhere_waits_for_more_and_never_raises(messages: list[list[Any]], cut: int) -> None:
+    stream = wire.MAGIC + b"".join(wire.encode(m) for m in messages)
+    cut = min(cut, len(stream))
+    d = wire.Decoder(magic=True)
+    got = []
+    for k in range(0, cut, 7):  # in small pieces, as a socket gives them
+        d.feed(stream[k : min(cut, k + 7)])
+        for _ in range(len(messages) + 1):
+            m = d.next()
+            if m is None:
+                break
+            got.append(m)
+    assert got == [msgpack.unpackb(msgpack.packb(m, use_bin_type=True), strict_map_key=False) for m in
+                   messages[: len(got)]]  # fmt: skip
+    assert (len(got) == len(messages)) == (cut == len(stream))
+
+
+def test_an_oversized_or_empty_frame_is_refused_before_its_body_arrives() -> None:
+    d = wire.Decoder()
+    d.feed((wire.MAX_FRAME + 1).to_bytes(4, "big"))
+    with pytest.raises(ProtocolError, match=f"a frame of {wire.MAX_FRAME + 1} bytes"):
+        d.next()
+    d = wire.Decoder()
+    d.feed(b"\0\0\0\0")
+    with pytest.raises(ProtocolError, match="a frame of 0 bytes"):
+        d.next()
+    with pytest.raises(sej.InvalidArgumentError):
+        wire.encode([wire.REPLY, 1, [b"x" * (1 << 20)] * 17])
+
+
+@FUZZ
+@given(st.lists(st.one_of(MESSAGES.map(wire.encode), st.binary(max_size=40)), max_size=8))
+def test_the_server_answers_any_input_with_frames_or_ends_the_stream(tmp_path, pieces: list[bytes]) -> None:
+    root = tmp_path / "fuzz-root"
+    root.mkdir(exist_ok=True)
+    session = Session(str(root))
+    out = session.receive(wire.encode(wire.hub_hello(str(root))))
+    for piece in pieces:
+        if session.ended:
+            break
+        out += session.receive(piece)
+    d = wire.Decoder(magic=True)
+    d.feed(out)
+    replies = []
+    for _ in range(len(out) + 1):
+        m = d.next()
+        if m is None:
+            break
+        replies.append(m)
+    assert d.pending == 0 and replies[0][0] == wire.HELLO
+    assert all(m[0] in (wire.REPLY, wire.PART_, wire.ERROR) for m in replies[1:])
+    assert not session.ended or replies[-1][:3] == [wire.ERROR, 0, "protocol"]
+
+
+# A hostile server against the hub.
+
+
+def hostile(script: Any) -> Connection:
+    """A Connection to a fake server: after a good hello, `script(calls) -> bytes` answers what the hub sent."""
+    hub, server = socket.socketpair()
+
+    def run() -> None:
+        d = wire.Decoder()
+        with server:
+            for _ in range(1000):
+                data = server.recv(1 << 16)
+                if not data:
+                    return
+                d.feed(data)
+                msgs = []
+                for _ in range(len(data) + 1):
+                    m = d.next()
+                    if m is None:
+                        break
+                    msgs.append(m)
+                for m in msgs:
+                    try:
+                        server.sendall(wire.MAGIC + wire.encode(wire.server_hello(1, "x", "/r")) if m[0] == wire.HELLO
+                                       else script(m))  # fmt: skip
+                    except OSError:
+                        return
+
+    threading.Thread(target=run, daemon=True).start()
+    return Connection(SocketChannel(hub), "evil", "/r", io_timeout=scaled(5))
+
+
+def frame(*items: Any) -> bytes:
+    return wire.encode(list(items))
+
+
+@pytest.mark.parametrize(
+    ("answer", "why"),
+    [
+        (lambda m: frame(wire.REPLY, m[1], [["../../etc"], {}]), "cannot be one"),
+        (lambda m: frame(wire.REPLY, m[1], [["p.1.000", "p.1.000"], {}]), "named twice"),
+        (lambda m: frame(wire.REPLY, m[1], [["p"], {"x": "y" * 5000}]), "at most 4096"),
+        (lambda m: frame(wire.REPLY, m[1] + 1, [[], {}]), "not under way"),
+        (lambda m: frame(wire.PART_, m[1], b"x"), "more than 0 bytes"),
+        (lambda m: frame(wire.REPLY, m[1], "no"), "not \\[names, skipped\\]"),
+        (lambda m: frame(wire.CALL, 1, "journals", []), "a CALL message from the server"),
+        (lambda m: frame(wire.ERROR, m[1], "nope", "x", None), "no error kind"),
+        (lambda m: frame(wire.ERROR, 0, "internal", "bye", None), "ended the stream: bye"),
+        (lambda m: b"\xff\xff\xff\xff", "a frame of 4294967295 bytes"),
+    ],
+)
+def test_a_hostile_reply_fails_the_stream_with_a_source_error_naming_it(answer: Any, why: str) -> None:
+    conn = hostile(answer)
+    t = time.monotonic()
+    with pytest.raises(SourceError, match=why):
+        ServeSource(conn, "evil").journals()
+    assert time.monotonic() - t < scaled(5)
+    assert conn.failed is not None  # and the stream is not used again
+    with pytest.raises(SourceError):
+        conn.call_many([("journals",)])
+
+
+def test_a_reply_bigger_than_the_read_asked_for_is_refused() -> None:
+    conn = hostile(lambda m: frame(wire.PART_, m[1], b"x" * 100) + frame(wire.REPLY, m[1], b"x"))
+    with pytest.raises(SourceError, match="more than 50 bytes"):
+        conn.call_many([("read", "p", "0" * 16 + ".jnl", 0, 50)])
+    conn = hostile(lambda m: frame(wire.REPLY, m[1], [["zz", -1]]))
+    with pytest.raises(SourceError, match="segments"):
+        conn.call_many([("segments", "p")])
+
+
+def test_a_silent_server_fails_the_call_at_the_io_timeout() -> None:
+    conn = hostile(lambda m: b"")
+    conn.io_timeout = scaled(0.5)
+    t = time.monotonic()
+    with pytest.raises(SourceError, match="no reply within"):
+        conn.call_many([("journals",)])
+    assert time.monotonic() - t < scaled(5)
+
+
+@FUZZ
+@given(st.binary(max_size=300))
+def test_any_server_bytes_give_a_result_or_a_typed_error_never_a_hang(data: bytes) -> None:
+    conn = hostile(lambda m: data)
+    conn.io_timeout = 0.3
+    try:
+        got = conn.call_many([("journals",), ("read", "p", "0" * 16 + ".jnl", 0, 10)])
+        assert all(isinstance(g, (tuple, bytes, sej.SejError, OSError)) for g in got), got
+    except SourceError:
+        pass
+    finally:
+        conn.close()
