@@ -175,61 +175,105 @@ def decode_batch(
     the Problem that stopped decoding (None when it stopped at `end` or `limit`).
     With `journal`, the messages are ShardMessages of that journal (same fields, and
     `journal` first).
+
+    Bytes that end at `end` with a next offset to check (every reader's case) take
+    `_decode_run`, one loop for frames of any sizes; anything else takes `frame_at` frame by frame.
     """
-    out: list[Any] = []  # Messages, or ShardMessages of `journal`
-    append = out.append
-    new = _new_message
-    no_ts = NO_TIMESTAMP
-    check = expect is not None
-    n = 0
-    # Frames with the same key and value sizes as the two before them are decoded by one
-    # cached struct call (`same`), checked field by field; any other frame takes the general path.
-    same = None
-    same_ks = same_vs = same_total = -1
-    last_sizes = -1
-    while n < limit:
-        if same is not None:
-            if end - pos >= same_total:
-                off, ts, typ, ks, key, vs, value, size = same(buf, pos)
-                if ks == same_ks and vs == same_vs and size == same_total and (off == expect or not check):
-                    if journal is None:
-                        append(new(Message, (off, None if ts == no_ts else ts, typ, key, value)))
-                    else:
-                        append(new(ShardMessage, (journal, off, None if ts == no_ts else ts, typ, key, value)))
-                    pos += same_total
-                    n += 1
-                    if check:
-                        expect += 1  # type: ignore[operator]
-                    continue
-            same = None
-        if pos == end:
+    if expect is not None and type(buf) is bytes and end == len(buf):
+        out, pos, stopped = _decode_run(buf, pos, expect, limit, journal)
+        if not stopped:
             return out, pos, None
-        f = frame_at(buf, pos, end, expect)
-        if f is None:
-            break
-        off, ts, typ, ks, vs = f
-        kpos = pos + HEADER_SIZE
-        vpos = kpos + ks
-        nxt = vpos + vs + 8
-        if journal is None:
-            append(new(Message, (off, None if ts == no_ts else ts, typ, buf[kpos:vpos], buf[vpos + 4 : nxt - 4])))
-        else:
-            append(new(ShardMessage, (journal, off, None if ts == no_ts else ts, typ, buf[kpos:vpos],
-                                      buf[vpos + 4 : nxt - 4])))  # fmt: skip
-        pos = nxt
-        if check:
-            expect += 1  # type: ignore[operator]
-        n += 1
-        sizes = ks << 32 | vs
-        if sizes == last_sizes:
-            same = sized_struct(FRAME_FORMAT, ks, vs).unpack_from
-            same_ks, same_vs, same_total = ks, vs, OVERHEAD + ks + vs
-        last_sizes = sizes
+        expect += len(out)
     else:
+        out, pos, stopped = _decode_general(buf, pos, end, expect, limit, journal)
+        if not stopped:
+            return out, pos, None
+        if expect is not None:
+            expect += len(out)
+    if pos == end:
         return out, pos, None
     problem = check_frame(buf, pos, end, expect)
     assert not isinstance(problem, int), "decode_batch stopped at a valid frame"
     return out, pos, problem
+
+
+_KEYED = [struct.Struct(f">QqBb{ks}sI").unpack_from for ks in range(MAX_KEY + 1)]
+"""Per key size: a frame's offset, timestamp, type, key size, key and value size (unsigned: a negative
+one becomes a size past any buffer), in one call."""
+
+
+def _decode_run(buf: bytes, pos: int, expect: int, limit: int, journal: str | None) -> tuple[list[Any], int, bool]:
+    """decode_batch's loop over bytes that end at the buffer's end: (messages, position after them, whether
+    something other than `limit` stopped it).
+
+    Every check of `frame_at` costs at most an operation here: a key size byte above MAX_KEY (a negative
+    i8) has no struct (IndexError), a header cut by the end raises struct.error, a negative value size
+    read unsigned ends past the buffer (struct.error reading the trailing size there); then the offset and
+    the trailing size field are compared. The caller finds the Problem with check_frame.
+    """
+    out: list[Any] = []
+    append = out.append
+    keyed = _KEYED
+    i32 = I32.unpack_from
+    new = _new_message
+    no_ts = NO_TIMESTAMP
+    stopped = True
+    try:
+        if journal is None:
+            for _ in range(limit):
+                ks = buf[pos + HEADER_SIZE - 1]
+                off, ts, typ, _ks, key, vs = keyed[ks](buf, pos)
+                vpos = pos + HEADER_SIZE + SIZE_FIELD + ks
+                nxt = vpos + vs + SIZE_FIELD
+                if off != expect or i32(buf, nxt - SIZE_FIELD)[0] != nxt - pos:
+                    break
+                append(new(Message, (off, None if ts == no_ts else ts, typ, key, buf[vpos : nxt - SIZE_FIELD])))
+                pos = nxt
+                expect += 1
+            else:
+                stopped = False
+        else:
+            for _ in range(limit):
+                ks = buf[pos + HEADER_SIZE - 1]
+                off, ts, typ, _ks, key, vs = keyed[ks](buf, pos)
+                vpos = pos + HEADER_SIZE + SIZE_FIELD + ks
+                nxt = vpos + vs + SIZE_FIELD
+                if off != expect or i32(buf, nxt - SIZE_FIELD)[0] != nxt - pos:
+                    break
+                append(new(ShardMessage, (journal, off, None if ts == no_ts else ts, typ, key,
+                                          buf[vpos : nxt - SIZE_FIELD])))  # fmt: skip
+                pos = nxt
+                expect += 1
+            else:
+                stopped = False
+    except (IndexError, struct.error):
+        pass
+    return out, pos, stopped
+
+
+def _decode_general(
+    buf: bytes | bytearray | memoryview, pos: int, end: int, expect: int | None, limit: int, journal: str | None
+) -> tuple[list[Any], int, bool]:
+    """decode_batch frame by frame with `frame_at`, for any buffer and `end`, and `expect` None (no check)."""
+    out: list[Any] = []
+    append = out.append
+    new = _new_message
+    no_ts = NO_TIMESTAMP
+    check = expect is not None
+    for _ in range(limit):
+        f = frame_at(buf, pos, end, expect)
+        if f is None:
+            return out, pos, True
+        off, ts, typ, ks, vs = f
+        kpos = pos + HEADER_SIZE
+        vpos = kpos + ks
+        nxt = vpos + vs + 2 * SIZE_FIELD
+        fields = (off, None if ts == no_ts else ts, typ, buf[kpos:vpos], buf[vpos + SIZE_FIELD : nxt - SIZE_FIELD])
+        append(new(Message, fields) if journal is None else new(ShardMessage, (journal, *fields)))
+        pos = nxt
+        if check:
+            expect += 1  # type: ignore[operator]
+    return out, pos, False
 
 
 class Frames(NamedTuple):

@@ -28,7 +28,7 @@ from .layout import (
     segment_path,
     sum_path,
 )
-from .segment import read_messages, seek_entry, written_past
+from .segment import Chunk, read_messages, seek_entry, written_past
 from .timestamps import to_ns
 from .watch import Subscription, Wakeup
 
@@ -42,12 +42,13 @@ class _Open:
     """The segment file being read."""
 
     __slots__ = ("first", "path", "index_path", "file", "fd", "ino", "pos", "offset", "seen", "checked", "finished",
-                 "journal")  # fmt: skip
+                 "journal", "chunk")  # fmt: skip
 
     def __init__(self, seg: Segment, index_path: str, dir: str | None = None, journal: str | None = None) -> None:
         """With `dir`, the segment's checksums are checked before its bytes are decoded; with `journal`, messages
         come out as ShardMessages of that name."""
         self.journal = journal
+        self.chunk = Chunk()  # the bytes read last: small batches decode from them
         self.first = seg.first_offset
         self.path = seg.path
         self.index_path = index_path
@@ -88,7 +89,7 @@ class _Open:
                 upto = min(checked, size)
                 if upto <= self.pos:
                     return _EMPTY
-        msgs, used, problem = read_messages(self.fd, self.pos, self.offset, upto, limit, self.journal)
+        msgs, used, problem = read_messages(self.fd, self.pos, self.offset, upto, limit, self.journal, self.chunk)
         if msgs:
             self.pos += used
             self.offset = msgs[-1].offset + 1
@@ -141,6 +142,10 @@ class Scanner:
     checksum file raises ChecksumError (a CorruptionError). In the last segment,
     bytes are yielded once the writer has recorded their checksums (right after
     writing them); segments without checksums (old or Go-written) are read unchecked.
+
+    `batch` is the most messages decoded at a time (what `poll` returns at most): a
+    small batch keeps the messages of one in the CPU's cache while they are used; the
+    bytes are read in 1 MiB chunks whatever the batch.
     """
 
     def __init__(
@@ -149,7 +154,7 @@ class Scanner:
         offset: int | Literal["first", "last"] = 0,
         timeout: float | None = 1.0,
         *,
-        batch: int = 4096,
+        batch: int = 256,
         verify: bool = False,
         _journal: str | None = None,
     ) -> None:

@@ -170,17 +170,47 @@ def _as_damage(problem: Problem, offset: int, resume: Resume) -> Problem:
                    f"{resume.next_offset - 1} follow it (a damaged frame, not a torn tail)", False)  # fmt: skip
 
 
+class Chunk:
+    """The last chunk a reader read from one segment (see read_messages): the next batches decode from it.
+
+    A segment only grows (a reader that sees it shrink stops), so bytes read once stay what the file holds.
+    """
+
+    __slots__ = ("data", "at")
+
+    def __init__(self) -> None:
+        self.data = b""
+        self.at = 0  # the file position of data[0]
+
+
 def read_messages(
-    fd: int, pos: int, offset: int, size: int, limit: int = 1 << 62, journal: str | None = None
+    fd: int,
+    pos: int,
+    offset: int,
+    size: int,
+    limit: int = 1 << 62,
+    journal: str | None = None,
+    chunk: Chunk | None = None,
 ) -> tuple[list[Message], int, Problem | None]:
     """Decode whole frames of file bytes [pos, size), at least one however big.
 
     Returns the messages (ShardMessages of `journal`, if given), the bytes they took,
     and the Problem (absolute position) that stopped decoding before `size`, if any.
+    With `chunk`, whole frames already in the chunk read last are decoded from it, and
+    a new read is kept there: a reader decoding small batches reads each byte once.
     """
+    if chunk is not None:
+        data, at = chunk.data, chunk.at
+        stop = min(size - at, len(data))
+        if at <= pos < at + stop:
+            msgs, nxt, _problem = decode_batch(data, pos - at, stop, offset, limit, journal)
+            if msgs:  # what stopped it (the chunk's end, damage) is found again by a fresh read
+                return msgs, nxt - (pos - at), None
     want = min(CHUNK, size - pos)
     while True:
         data = pread_full(fd, want, pos)
+        if chunk is not None:
+            chunk.data, chunk.at = data, pos
         msgs, used, problem = decode_batch(data, 0, len(data), offset, limit, journal)
         if problem is not None:
             cut_by_chunk = problem.incomplete and len(data) == want and pos + want < size
@@ -407,6 +437,7 @@ __all__ = [
     "Walk",
     "walk",
     "read_messages",
+    "Chunk",
     "seek_index",
     "seek_entry",
     "entry_is_valid",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import random
@@ -57,6 +58,68 @@ def values_for(n: int) -> list[bytes]:
     """n 100-byte values (1024 distinct random ones, cycled)."""
     pool = [os.urandom(VALUE_SIZE) for _ in range(1024)]
     return [pool[i & 1023] for i in range(n)]
+
+
+SHAPES = ("uniform", "varied", "json")
+"""The message shapes every throughput benchmark measures, side by side (see shape_messages)."""
+
+SHAPE_NAMES = {
+    "uniform": "uniform (100 B values, 8 B keys)",
+    "varied": "varied (log-normal values, median 200 B, 10 B..16 KiB; keys 4..40 B)",
+    "json": "JSON events (keys: user ids)",
+}
+SEED = 40
+"""The seed of the varied and JSON shapes: every run writes the same messages."""
+
+_POOL = 4096  # distinct messages per shape, cycled
+
+
+def shape_messages(shape: str, n: int) -> tuple[list[bytes], list[bytes]]:
+    """(keys, values) of n messages of one of SHAPES, from a fixed seed (4096 distinct ones, cycled).
+
+    uniform: 100-byte random values, the 8-byte KEY. varied: value sizes log-normal (median 200 bytes,
+    sigma 1, cut to 10 B..16 KiB), keys of 4..40 random bytes. json: one JSON object per event (a user,
+    an event name, a page, a session and a few properties), keyed by its user id.
+    """
+    if shape == "uniform":
+        return [KEY] * n, values_for(n)
+    rng = random.Random(SEED)
+    keys: list[bytes] = []
+    values: list[bytes] = []
+    if shape == "varied":
+        blob = rng.randbytes(1 << 16)
+        for _ in range(_POOL):
+            size = min(16384, max(10, round(rng.lognormvariate(math.log(200), 1.0))))
+            at = rng.randrange(0, len(blob) - size)
+            values.append(blob[at : at + size])
+            keys.append(rng.randbytes(rng.randint(4, 40)))
+    elif shape == "json":
+        events = ("page_view", "click", "add_to_cart", "purchase", "search", "login", "logout", "scroll")
+        for i in range(_POOL):
+            user = f"u{rng.randrange(10 ** rng.randint(3, 7))}"
+            event: dict[str, object] = {
+                "ts": 1_760_000_000_000 + i * 37,
+                "user": user,
+                "event": rng.choice(events),
+                "page": "/"
+                + "/".join(
+                    rng.choice(("shop", "cart", "p", "docs", "help", "a", "blog")) for _ in range(rng.randint(1, 4))
+                ),  # fmt: skip
+                "session": rng.randbytes(8).hex(),
+            }
+            if rng.random() < 0.5:
+                event["props"] = {f"k{j}": rng.choice((rng.randint(0, 10**6), rng.random(), "x" * rng.randint(1, 40)))
+                                  for j in range(rng.randint(1, 8))}  # fmt: skip
+            values.append(json.dumps(event, separators=(",", ":")).encode())
+            keys.append(user.encode())
+    else:
+        raise ValueError(f"unknown shape {shape!r}; choose from {', '.join(SHAPES)}")
+    return [keys[i % _POOL] for i in range(n)], [values[i % _POOL] for i in range(n)]
+
+
+def shape_bytes(keys: list[bytes], values: list[bytes]) -> int:
+    """The bytes of these messages' frames."""
+    return 26 * len(values) + sum(map(len, keys)) + sum(map(len, values))
 
 
 def fresh(path: Path) -> Path:

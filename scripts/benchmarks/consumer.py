@@ -12,19 +12,31 @@ from pathlib import Path
 
 import sej
 
-from .common import KEY, TS, VALUE_SIZE, Config, fresh, log, percentile, perf_counter, values_for
+from .common import (
+    KEY,
+    SHAPE_NAMES,
+    SHAPES,
+    TS,
+    VALUE_SIZE,
+    Config,
+    fresh,
+    log,
+    percentile,
+    perf_counter,
+    shape_messages,
+)
 from .results import Result, Row, fmt_list, ms, rate, ratio, verdict
 
 
-def write_four_shards(root: Path, n: int) -> list[Path]:
-    """n 100-byte messages spread over 4 journals `ev.2.000`..`ev.2.003`."""
-    values = values_for(n)
+def write_four_shards(root: Path, n: int, shape: str = "uniform") -> list[Path]:
+    """n messages of `shape` spread over 4 journals `ev.2.000`..`ev.2.003`."""
+    keys, values = shape_messages(shape, n)
     dirs = [root / f"ev.2.{i:03x}" for i in range(4)]
     for k, d in enumerate(dirs):
-        part = values[k::4]
+        part, part_keys = values[k::4], keys[k::4]
         with sej.Writer(d) as w:
             for i in range(0, len(part), 1000):
-                w.append_many(part[i : i + 1000], KEY)
+                w.append_many(part[i : i + 1000], keys=part_keys[i : i + 1000])
     return dirs
 
 
@@ -107,20 +119,24 @@ def follow_latency(cfg: Config, scratch: Path, journals: int, commits: bool = Tr
 
 def bench_consumer(cfg: Config, scratch: Path) -> list[Result]:
     n = cfg.n_scan
-    root = fresh(scratch / "consumer")
-    dirs = write_four_shards(root, n)
-    bare_scanners(dirs)  # warm the page cache
-    ours_t: list[float] = []
-    bare_t: list[float] = []
+    roots = {shape: fresh(scratch / f"consumer-{shape}") for shape in SHAPES}
+    dirs = {shape: write_four_shards(root, n, shape) for shape, root in roots.items()}
+    for shape in SHAPES:
+        bare_scanners(dirs[shape])  # warm the page cache
+    ours_ts: dict[str, list[float]] = {shape: [] for shape in SHAPES}
+    bare_ts: dict[str, list[float]] = {shape: [] for shape in SHAPES}
     for rep in range(cfg.reps):  # interleaved
-        t, got = bare_scanners(dirs)
-        assert got == n
-        bare_t.append(t)
-        t, got = consumer_run(root, f"bench{rep}")
-        assert got == n
-        ours_t.append(t)
-    shutil.rmtree(root)
+        for shape in SHAPES:
+            t, got = bare_scanners(dirs[shape])
+            assert got == n
+            bare_ts[shape].append(t)
+            t, got = consumer_run(roots[shape], f"bench{rep}")
+            assert got == n
+            ours_ts[shape].append(t)
+    for root in roots.values():
+        shutil.rmtree(root)
     log("  consumer throughput done")
+    ours_t, bare_t = ours_ts["uniform"], bare_ts["uniform"]
     journals = 100 if cfg.quick else 1000
     lat = follow_latency(cfg, scratch, journals)
     quiet = follow_latency(cfg, scratch, journals, commits=False)
@@ -136,6 +152,17 @@ def bench_consumer(cfg: Config, scratch: Path) -> list[Result]:
             "≥ 0.8x",
             verdict(r >= 0.8),
         ),  # fmt: skip
+        *(
+            Row(
+                f"the same, {shape}",
+                rate(n / min(ours_ts[shape])),
+                rate(n / min(bare_ts[shape])),
+                ratio(min(bare_ts[shape]) / min(ours_ts[shape])),
+                "≥ 0.8x",
+                verdict(min(bare_ts[shape]) / min(ours_ts[shape]) >= 0.8),
+            )
+            for shape in SHAPES[1:]
+        ),
         Row(
             f"follow latency over {journals:,} journals, append (flushed, another process) to the consumer's "
             "loop: p50 / p99",
@@ -159,7 +186,9 @@ def bench_consumer(cfg: Config, scratch: Path) -> list[Result]:
             "consumer",
             "16. The consumer over a root",
             [
-                f"Throughput: {n:,} messages of 100 bytes in 4 journals (page cache warm), read to the end by one "
+                f"Throughput: {n:,} messages of each shape in 4 journals (page cache warm; "
+                + "; ".join(SHAPE_NAMES[s] for s in SHAPES)
+                + "), read to the end by one "
                 "`sej.Consumer` (start first, commits every 10,000 and at the end) and by one `Scanner(timeout=0)` "
                 "per journal, one after the other. Latency: a writer process appends to random journals of a "
                 f'root of {journals:,} (`durability="flush"`, one message every {cfg.follow_interval * 1e3:g} ms, '
@@ -167,8 +196,9 @@ def bench_consumer(cfg: Config, scratch: Path) -> list[Result]:
             ],
             rows,
             [
-                f"Throughput: best of {cfg.reps}, interleaved; all runs (s): consumer {fmt_list(ours_t)}, "
-                f"scanners {fmt_list(bare_t)}. Each message is decoded straight into a `ShardMessage` (its journal "
+                f"Throughput: best of {cfg.reps}, interleaved; all runs (s): "
+                + "; ".join(f"{s}: consumer {fmt_list(ours_ts[s])}, scanners {fmt_list(bare_ts[s])}" for s in SHAPES)
+                + ". Each message is decoded straight into a `ShardMessage` (its journal "
                 "named), the one allocation a bare scanner makes for a `Message`; a batch commit overwrites the "
                 "changed offset files in the loop (8 bytes each, in place) and leaves their fdatasyncs to the "
                 "consumer's syncer thread. Each run is a new reader, so its first commit also creates the files.",
@@ -184,6 +214,7 @@ def bench_consumer(cfg: Config, scratch: Path) -> list[Result]:
                 "waited.",
             ],
             rows[0],
+            [(s, row) for s, row in zip(SHAPES[1:], rows[1:3])],
         )
     ]
 

@@ -3,16 +3,30 @@
 from __future__ import annotations
 
 import gc
+import os
 import shutil
 from pathlib import Path
 
 import sej
 
-from .common import FRAME_SIZE, HEAD, I32, KEY, VALUE_SIZE, Config, fresh, log, perf_counter, values_for
+from .common import (
+    HEAD,
+    I32,
+    KEY,
+    SHAPE_NAMES,
+    SHAPES,
+    VALUE_SIZE,
+    Config,
+    fresh,
+    log,
+    perf_counter,
+    shape_messages,
+    values_for,
+)
 from .results import Result, Row, fmt_list, medians, rate, ratio, verdict
 
 
-def sej_scan(dir: Path, n: int, verify: bool = False) -> float:
+def sej_scan(dir: Path, n: int, verify: bool = False, value_bytes: int | None = None) -> float:
     gc.collect()
     t0 = perf_counter()
     sc = sej.Scanner(dir, 0, timeout=0, verify=verify)
@@ -23,11 +37,11 @@ def sej_scan(dir: Path, n: int, verify: bool = False) -> float:
         count += 1
     t = perf_counter() - t0
     sc.close()
-    assert count == n and total == n * VALUE_SIZE, (count, total)
+    assert count == n and total == (n * VALUE_SIZE if value_bytes is None else value_bytes), (count, total)
     return t
 
 
-def raw_scan(path: str, n: int) -> float:
+def raw_scan(path: str, n: int, value_bytes: int | None = None) -> float:
     unpack_head = HEAD.unpack_from
     unpack_i32 = I32.unpack_from
     gc.collect()
@@ -50,8 +64,20 @@ def raw_scan(path: str, n: int) -> float:
         total += len(rec[4])
         count += 1
     t = perf_counter() - t0
-    assert count == n and total == n * VALUE_SIZE, (count, total)
+    assert count == n and total == (n * VALUE_SIZE if value_bytes is None else value_bytes), (count, total)
     return t
+
+
+def write_shape_journal(path: Path, n: int, shape: str) -> tuple[Path, int]:
+    """A fresh journal of n messages of `shape` (in batches of 1000, one segment); (its path, value bytes)."""
+    if shape == "uniform":
+        return write_scan_journal(path, n), n * VALUE_SIZE
+    d = fresh(path)
+    keys, values = shape_messages(shape, n)
+    with sej.Writer(d) as w:
+        for i in range(0, n, 1000):
+            w.append_many(values[i : i + 1000], keys=keys[i : i + 1000])
+    return d, sum(map(len, values))
 
 
 def write_scan_journal(path: Path, n: int) -> Path:
@@ -66,38 +92,48 @@ def write_scan_journal(path: Path, n: int) -> Path:
 
 def bench_scan(cfg: Config, scratch: Path) -> list[Result]:
     n = cfg.n_scan
-    d = write_scan_journal(scratch / "scan", n)
-    path = sej.list_segments(d)[0].path
-    raw_scan(path, n)  # warm the page cache
-    ours_t: list[float] = []
-    raw_t: list[float] = []
+    journals = {shape: write_shape_journal(scratch / f"scan-{shape}", n, shape) for shape in SHAPES}
+    ours_t: dict[str, list[float]] = {shape: [] for shape in SHAPES}
+    raw_t: dict[str, list[float]] = {shape: [] for shape in SHAPES}
+    for d, total in journals.values():
+        raw_scan(sej.list_segments(d)[0].path, n, total)  # warm the page cache
     for rep in range(cfg.reps):
-        raw_t.append(raw_scan(path, n))
-        ours_t.append(sej_scan(d, n))
+        for shape, (d, total) in journals.items():
+            raw_t[shape].append(raw_scan(sej.list_segments(d)[0].path, n, total))
+            ours_t[shape].append(sej_scan(d, n, value_bytes=total))
         log(f"  scan rep {rep + 1}/{cfg.reps} done")
-    shutil.rmtree(d)
-    ours = n / min(ours_t)
-    raw = n / min(raw_t)
-    r = ours / raw
-    row = Row("`Scanner` iteration vs raw decode loop", rate(ours), rate(raw), ratio(r), "≥ 0.7x", verdict(r >= 0.7))
+    sizes = {shape: sum(os.path.getsize(s.path) for s in sej.list_segments(d)) for shape, (d, _) in journals.items()}
+    for d, _ in journals.values():
+        shutil.rmtree(d)
+    rows = []
+    for shape in SHAPES:
+        ours = n / min(ours_t[shape])
+        raw = n / min(raw_t[shape])
+        r = ours / raw
+        rows.append(Row(f"`Scanner` iteration vs raw decode loop, {shape}", rate(ours), rate(raw), ratio(r), "≥ 0.7x",
+                        verdict(r >= 0.7)))  # fmt: skip
     return [
         Result(
             "scan",
             "3. Scanning throughput",
             [
-                f"A journal of {n:,} messages ({n * FRAME_SIZE / 2**20:.0f} MiB, one segment, page cache warm). "
-                f"sej: `Scanner(dir, 0, timeout=0)` iterated to the end, touching each message (`len(m.value)`); "
-                f"the clock includes constructing the scanner.",
+                f"A journal of {n:,} messages per shape (one segment, page cache warm): "
+                + "; ".join(f"{SHAPE_NAMES[s]}, {sizes[s] / 2**20:.0f} MiB" for s in SHAPES)
+                + ". sej: `Scanner(dir, 0, timeout=0)` iterated to the end, touching each message (`len(m.value)`); "
+                "the clock includes constructing the scanner.",
                 "Baseline: read the whole file with one `f.read()`, then per record `unpack_from` of the 18-byte "
                 "header, "
                 "slice the key, `unpack_from` the value size, slice the value and build a 5-tuple, touching "
                 "`len(rec[4])`. No validation (sej checks offsets, sizes and the trailing size field).",
             ],
-            [row],
+            rows,
             [
-                f"Best of {cfg.reps} runs, interleaved; all runs (s): sej {fmt_list(ours_t)}, raw {fmt_list(raw_t)}.",
-                medians(n, ours_t, raw_t),
+                f"Best of {cfg.reps} runs, interleaved; all runs (s): "
+                + "; ".join(f"{s}: sej {fmt_list(ours_t[s])}, raw {fmt_list(raw_t[s])}" for s in SHAPES)
+                + ".",
+                *(f"{s}: " + medians(n, ours_t[s], raw_t[s]) for s in SHAPES),
             ],
-            row,
+            rows[0],
+            [(s, row) for s, row in zip(SHAPES[1:], rows[1:])],
         )
     ]
