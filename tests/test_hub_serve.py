@@ -114,6 +114,7 @@ def test_a_pass_costs_the_same_round_trips_whatever_the_number_of_journals(sshd,
             counts[1 << bit] = got
     finally:
         client.close()
+    print("batches of calls per pass (initial, incremental, idle):", counts)
     assert counts[2] == counts[32], counts
     initial, incremental, idle = counts[32]
     assert initial <= 5 and incremental <= 6 and idle <= 2, counts
@@ -133,6 +134,7 @@ def test_transport_auto_falls_back_to_sftp_when_sej_serve_is_missing(sshd, tmp_p
     assert all(o.error is None for o in out)
     assert_identical(src, hub)
     lines = [r.getMessage() for r in caplog.records if "sej serve is not available" in r.getMessage()]
+    print(lines)
     assert len(lines) == 1, lines
     assert "no-such-sej" in lines[0] and "127" in lines[0], lines[0]  # what ran, and the shell's exit status
     # transport = "serve" does not fall back: it says why.
