@@ -190,10 +190,14 @@ class _End(asyncio.Protocol):
     def eof(self) -> None:
         if self.transport is not None and not self.closed and not self.eof_sent:
             self.eof_sent = True
-            if self.transport.can_write_eof():
-                self.transport.write_eof()
-            else:
-                self.transport.close()
+            try:
+                if self.transport.can_write_eof():
+                    self.transport.write_eof()
+                else:
+                    self.transport.close()
+            except OSError:  # the peer is gone already (ENOTCONN): the connection ends
+                self.conn.close(rst=True)
+                return
         self.conn.maybe_done()
 
     def abort(self, rst: bool) -> None:

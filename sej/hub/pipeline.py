@@ -40,11 +40,16 @@ Reply = tuple[int, "paramiko.Message"]
 Op = Generator[list[Request], list[Reply], T]
 """An operation: yields the requests it needs next (sent at once), gets their replies in order."""
 
-WINDOW = 128
-"""Requests in flight at most: well inside the SSH channel windows, so sending never waits on reading."""
+WINDOW = 2048
+"""Requests in flight at most. A request is small (a path, a handle; a few hundred bytes at most), so 2,048 of them
+stay well inside the SSH channel windows (2 MiB) and sending never waits on reading; the replies' size is the
+server's to hold back (OpenSSH's sftp-server reads no request while its output is full). Far away the window is
+the pace: a channel answers at most WINDOW requests a round trip. At +50 ms (testing/wan), a first `sej copy` of
+1,000 journals listed them (about 6,000 requests on one channel) in 3.3 s with 128, in 0.5 s with 2,048."""
 
-MAX_OPS = 128
-"""Operations under way at once (each may hold a file open on the server), the others waiting their turn."""
+MAX_OPS = 1024
+"""Operations under way at once (each may hold a file open on the server), the others waiting their turn; fewer
+when the server says it allows fewer files open (SftpSource: half its limit)."""
 
 MAX_PACKET = 4 << 20
 """The largest SFTP reply taken (OpenSSH's are at most 256 KiB); a bigger length is a broken stream."""
