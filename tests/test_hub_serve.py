@@ -363,3 +363,42 @@ def test_sej_copy_over_serve_and_its_transport_option(sshd, tmp_path) -> None:
     auto = sej_copy(url, str(tmp_path / "hub3"), *keys, "--serve-command", "/no/sej")
     assert auto.returncode == 0, auto.stderr
     assert_identical(src, str(tmp_path / "hub3"), "127-0-0-1")
+
+
+def test_the_daemon_learns_of_appends_by_push_not_one_poll_later(sshd, tmp_path) -> None:
+    """poll_interval 60 s: an append reaches the hub within seconds, because sej serve pushes it."""
+    from sej.hub.config import loads_config
+    from sej.hub.daemon import Hub
+
+    src, hub = tmp_path / "src", tmp_path / "hub"
+    produce(str(src), 100)
+    journal = sorted(os.listdir(src))[0]
+    config = loads_config(
+        f'hub_root = "{hub}"\npoll_interval = 60\ncommit_interval = 0\n[[client]]\nclient_id = "c1"\n'
+        f'host = "127.0.0.1"\nport = {sshd.port}\nuser = "{sshd.user}"\nidentity_file = "{sshd.identity}"\n'
+        f'known_hosts = "{sshd.known_hosts}"\nremote_root = "{src}"\ntransport = "serve"\n'
+        f'serve_command = "{SERVE}"\n'
+    )
+    stop = threading.Event()
+    with Hub(config, records=False) as h:
+        t = threading.Thread(target=h.run_forever, args=(stop,), daemon=True)
+        t.start()
+        try:
+            wait_until(lambda: os.path.isdir(hub / f"c1.{journal}") and sej.next_offset(str(hub / f"c1.{journal}"))
+                       == sej.next_offset(str(src / journal)), scaled(30), "the first pass")  # fmt: skip
+            latencies = []
+            for k in range(3):
+                with sej.Writer(str(src / journal), durability="flush") as w:
+                    w.append(b"pushed %d" % k)
+                t0 = time.monotonic()
+                want = sej.next_offset(str(src / journal))
+                wait_until(lambda want=want: sej.next_offset(str(hub / f"c1.{journal}")) == want, scaled(20),
+                           "the append at the hub, long before the next poll")  # fmt: skip
+                latencies.append(time.monotonic() - t0)
+            print("append to hub by push (s):", [round(x, 3) for x in latencies])
+            assert max(latencies) < min(scaled(10), 30), "well before the next poll (60 s)"
+        finally:
+            stop.set()
+            t.join(scaled(30))
+    assert not t.is_alive()
+    assert_identical(str(src), str(hub))

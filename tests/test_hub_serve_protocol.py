@@ -21,7 +21,7 @@ from sej.hub import serve_protocol as wire
 from sej.hub.serve_server import Session, serve
 from sej.hub.serve_source import Connection, ServeSource
 from sej.hub.source import SourceError
-from testing.timing import scaled
+from testing.timing import scaled, wait_until
 
 from .test_hub_copy import assert_identical, produce
 
@@ -300,5 +300,29 @@ def test_any_server_bytes_give_a_result_or_a_typed_error_never_a_hang(data: byte
         assert all(isinstance(g, (tuple, bytes, sej.SejError, OSError)) for g in got), got
     except SourceError:
         pass
+    finally:
+        conn.close()
+
+
+def test_the_server_pushes_the_journals_that_change_and_not_the_hubs_own_commits(tmp_path) -> None:
+    root = tmp_path / "root"
+    produce(str(root), 100)
+    first, second = sorted(os.listdir(root))[:2]
+    conn = serving(str(root))
+    pushes: list[list[str]] = []
+    got = threading.Event()
+
+    def on_changed(journals: list[str]) -> None:
+        pushes.append(journals)
+        got.set()
+
+    try:
+        conn.watch(on_changed)
+        assert conn.call_many([("commit_offset", first, "hub", 3, True)]) == [None]  # also: the watch is on now
+        with sej.Writer(str(root / second), durability="flush") as w:
+            w.append(b"new")
+        assert got.wait(scaled(10))
+        wait_until(lambda: any(second in p for p in pushes), scaled(10), "a push naming the journal appended to")
+        assert all(first not in p for p in pushes), pushes  # the hub's own commit (ofs/) is no news
     finally:
         conn.close()

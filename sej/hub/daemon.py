@@ -334,6 +334,8 @@ class _Client:
         self._stalled = threading.Event()  # set by the watchdog: the pass under way is stuck in a call
         self._pass: threading.Thread | None = None  # the last pass started (alive: running, or abandoned)
         self.attempted = threading.Event()  # the first connection attempt was made (or a local client's pass ran)
+        self.pushed = threading.Event()  # the producer told of a change since the last pass began (sej serve)
+        self.pushes = False  # it tells of them: the wait between passes ends at a push
         self.beat: float | None = None  # monotonic time run_pass_bounded last looked at its pass; None outside
         self.progress = time.monotonic()  # the last sign of progress of a pass: started, a call returned, bytes
 
@@ -485,6 +487,7 @@ class _Client:
                 finally:
                     self.attempted.set()
                 self.label = self.remote.label
+                self.pushes = self.remote.watch(lambda journals: self.pushed.set())
                 self.connects += 1
                 self.log.info("client %s: connected to %s", self.cfg.client_id, self.label)
             sources = self.remote
@@ -570,7 +573,20 @@ class _Client:
                            extra=fields)  # fmt: skip
         return report
 
+    def wait(self, stop: threading.Event, delay: float) -> None:
+        """Wait `delay` seconds before the next pass, less if `stop` is set or the producer pushes a change."""
+        if not self.pushes:
+            stop.wait(delay)
+            return
+        end = time.monotonic() + delay
+        for _ in range(int(delay / SUPERVISE_INTERVAL) + 2):  # stop is polled (a signal handler may set it)
+            left = end - time.monotonic()
+            if left <= 0 or stop.is_set() or self.pushed.wait(min(left, SUPERVISE_INTERVAL)):
+                break
+        self.pushed.clear()  # the next pass sees what was pushed until now
+
     def disconnect(self) -> None:
+        self.pushes = False
         remote, self.remote = self.remote, None
         if remote is not None:
             try:
@@ -754,7 +770,7 @@ class Hub:
                 client.failures = 0
                 # Passes start every poll_interval: after a long pass (much to copy), the next starts at once.
                 delay = max(0.0, cfg.poll_interval - (time.monotonic() - started))
-            stop.wait(delay)
+            client.wait(stop, delay)
         client.commit_pending(stop)
         summary()  # also when the stop came during the wait: what was copied since the last one is told
 

@@ -161,6 +161,15 @@ class Sources:
             self._kept[k] = src
         return src
 
+    def watch(self, on_changed: Callable[[list[str]], None]) -> bool:
+        """Hear of changes on the producer as they happen (`on_changed(journals)`, []: anything), if its transport
+        pushes them (sej serve); False if it does not (SFTP, a local root): then only passes see them."""
+        watch = getattr(self._make, "watch", None)  # ServeSources'
+        if watch is None:
+            return False
+        watch(on_changed)
+        return True
+
     def forget(self, journals: set[str]) -> None:
         """Let the kept sources go of what they hold open for `journals` (gone, failed or stalled)."""
         for src in self._kept_now():

@@ -73,11 +73,12 @@ class Session:
     """One hub's session, as a state machine: `receive(bytes)` returns the bytes to send back.
 
     `ended` once the stream is over (a refused hello, a bad frame): the caller sends what was returned
-    and stops. `on_watch` is called when the hub asks for pushed changes (serve() starts a watcher).
+    and stops. `on_watch(path, journal)` is called when the hub asks for pushed changes (serve() starts a
+    sej.hub.serve_watch.Pusher of `path`; `journal` when that is the one journal served).
     """
 
     def __init__(self, root: str, restrict: bool = False, reader: str = "hub",
-                 on_watch: Callable[[str], None] | None = None) -> None:  # fmt: skip
+                 on_watch: Callable[[str, str | None], None] | None = None) -> None:  # fmt: skip
         self.root = os.path.abspath(root)
         self.restrict = restrict
         self.reader = reader
@@ -118,7 +119,12 @@ class Session:
             except Exception as e:  # per call, as Source.many reports it; the stream goes on
                 return [wire.encode(_error(call_id, e))]
         if msg[0] == wire.WATCH and len(msg) == 2 and self.on_watch is not None:
-            self.on_watch(self.root)
+            if isinstance(self.source, _OneJournal):
+                self.on_watch(os.path.join(self.root, self.source.journal), self.source.journal)
+            elif self.source.root != self.root:  # ROOT is one journal
+                self.on_watch(self.root, os.path.basename(self.root))
+            else:
+                self.on_watch(self.root, None)
             return []
         raise ProtocolError(f"a {wire.KINDS[msg[0]]} message from the hub")
 
@@ -202,11 +208,11 @@ def serve(root: str, restrict: bool = False, reader: str = "hub", stdin: int = 0
 
     watcher: list[Any] = []
 
-    def on_watch(path: str) -> None:
-        if not watcher:
+    def on_watch(path: str, journal: str | None) -> None:
+        if not watcher:  # once: a second WATCH changes nothing
             from .serve_watch import Pusher
 
-            watcher.append(Pusher(path, send))
+            watcher.append(Pusher(path, send, journal))
 
     session = Session(root, restrict, reader, on_watch)
     try:

@@ -302,6 +302,16 @@ class Connection:
         if self.failed is not None and any(c.error is self.failed for c in pending):
             raise self.failed
 
+    def watch(self, on_changed: Callable[[list[str]], None]) -> None:
+        """Ask the server to push the journals that change (sej.hub.serve_watch): `on_changed(journals)` is called
+        in the connection's thread for each push ([]: anything may have changed)."""
+        self.on_changed = on_changed
+        with self._send_lock:
+            try:
+                self._send(wire.encode(wire.watch(0)))
+            except (OSError, EOFError) as e:
+                self._fail(SourceError(f"{self.label}: sending to sej serve: {e or type(e).__name__}"))
+
     def close(self) -> None:
         self._fail(SourceError(f"{self.label}: the connection to sej serve was closed"))
 
@@ -416,27 +426,45 @@ class ServeSource:
         pass  # the connection is the client's (serve_sources), closed with its SSH connection
 
 
+class ServeSources:
+    """A factory of ServeSources over one `sej serve` on the producer, started when this is made (ServeUnavailable if
+    it cannot be). A connection that failed (the server killed, a stall) is replaced by the next Source asked for."""
+
+    def __init__(self, client: paramiko.SSHClient, root: str, label: str, io_timeout: float = IO_TIMEOUT,
+                 command: str = "sej", hello_timeout: float = HELLO_TIMEOUT) -> None:  # fmt: skip
+        from .ssh import SshError
+
+        transport = client.get_transport()
+        if transport is None or not transport.is_active():
+            raise SshError(f"{label}: the SSH connection is closed")
+        self._open = lambda: open_connection(transport, root, label, command, io_timeout, hello_timeout)
+        self._lock = threading.Lock()
+        self._on_changed: Callable[[list[str]], None] | None = None
+        self.conn = self._open()
+        self.label = label
+        log.debug("%s: sej serve %s, protocol %d, serving %s", label, self.conn.sej_version, self.conn.version,
+                  self.conn.root)  # fmt: skip
+
+    def __call__(self) -> ServeSource:
+        with self._lock:
+            if self.conn.failed is not None:
+                self.conn = self._open()
+                if self._on_changed is not None:
+                    self.conn.watch(self._on_changed)
+            return ServeSource(self.conn, self.label)
+
+    def watch(self, on_changed: Callable[[list[str]], None]) -> None:
+        """Push, not poll: `on_changed(journals)` hears of changes on the producer as they happen, over this
+        connection and the ones that replace it."""
+        with self._lock:
+            self._on_changed = on_changed
+            self.conn.watch(on_changed)
+
+
 def serve_sources(client: paramiko.SSHClient, root: str, label: str, io_timeout: float = IO_TIMEOUT,
-                  command: str = "sej", hello_timeout: float = HELLO_TIMEOUT) -> Callable[[], ServeSource]:  # fmt: skip
-    """A factory of ServeSources over one `sej serve` on the producer (started now: ServeUnavailable if it
-    cannot be). A connection that failed (the server killed, a stall) is replaced by the next Source asked for."""
-    from .ssh import SshError
-
-    transport = client.get_transport()
-    if transport is None or not transport.is_active():
-        raise SshError(f"{label}: the SSH connection is closed")
-    lock = threading.Lock()
-    current = [open_connection(transport, root, label, command, io_timeout, hello_timeout)]
-    log.debug("%s: sej serve %s, protocol %d, serving %s", label, current[0].sej_version, current[0].version,
-              current[0].root)  # fmt: skip
-
-    def make() -> ServeSource:
-        with lock:
-            if current[0].failed is not None:
-                current[0] = open_connection(transport, root, label, command, io_timeout, hello_timeout)
-            return ServeSource(current[0], label)
-
-    return make
+                  command: str = "sej", hello_timeout: float = HELLO_TIMEOUT) -> ServeSources:  # fmt: skip
+    """The ServeSources of `root` on the producer `client` is connected to (see ServeSources)."""
+    return ServeSources(client, root, label, io_timeout, command, hello_timeout)
 
 
-__all__ = ["Connection", "ServeSource", "ServeUnavailable", "open_connection", "serve_sources"]
+__all__ = ["Connection", "ServeSource", "ServeSources", "ServeUnavailable", "open_connection", "serve_sources"]

@@ -1,0 +1,98 @@
+"""Push, not poll: `sej serve` watches its root and tells the hub which journals changed, as they change.
+
+The events are hints only: the hub looks at those journals with its ordinary pass (every read goes
+through the server's checks), so a missed or spurious event costs a pass, never a wrong copy. The
+watch is the scanner's (sej.watch: inotify through watchdog, links not followed); a quiet producer
+sends nothing (SSH's keepalive goes on).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+
+from watchdog.events import FileSystemEvent, FileSystemEventHandler
+
+from ..errors import InvalidArgumentError
+from ..layout import OFFSET_DIR, RETENTION_LOCK, WRITER_LOCK
+from ..watch import Subscription
+from . import serve_protocol as wire
+from .names import check_journal_name
+
+MAX_PENDING = 1 << 16
+"""Journals named in one push at most; more changed at once are pushed as [] ("anything may have changed")."""
+
+
+IGNORED = (OFFSET_DIR, WRITER_LOCK, RETENTION_LOCK)
+"""What changes in a journal's directory without new bytes for the hub: readers' offsets (the hub's own commits
+among them: a push for each would be a pass for nothing) and the writer's lock file."""
+
+
+class _Changes(FileSystemEventHandler):
+    def __init__(self, pusher: Pusher) -> None:
+        super().__init__()
+        self.pusher = pusher
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        self.pusher.note(os.fsdecode(event.src_path))
+
+
+class Pusher:
+    """Watches `path` (recursively) and sends CHANGED frames through `send`, one per burst of events.
+
+    `journal`: the one journal served, when `path` is that journal; else each journal is the first
+    component of a changed path below `path` (the root's own changes, a new journal, name none: []).
+    """
+
+    def __init__(self, path: str, send: Callable[[bytes], None], journal: str | None = None) -> None:
+        self.path, self.send, self.journal = path, send, journal
+        self._cond = threading.Condition()
+        self._changed: set[str] = set()
+        self._all = False  # something changed that names no journal (or too many did)
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="sej-serve-push", daemon=True)
+        self._thread.start()
+        self._sub = Subscription(path, _Changes(self), recursive=True)
+
+    def note(self, changed: str) -> None:
+        name: str | None = self.journal
+        if name is None:
+            rel = os.path.relpath(changed, self.path)
+            first, _, inside = rel.partition(os.sep)
+            if inside.startswith(IGNORED):
+                return
+            try:
+                name = check_journal_name(first) if inside else None  # a file in a journal's directory
+            except InvalidArgumentError:
+                return  # not a journal's: nothing the hub copies
+        elif os.path.relpath(changed, self.path).startswith(IGNORED):
+            return
+        with self._cond:
+            if name is None or len(self._changed) >= MAX_PENDING:
+                self._all = True
+            else:
+                self._changed.add(name)
+            self._cond.notify()
+
+    def _run(self) -> None:
+        for _ in range(1 << 62):  # until closed, or the stream is gone
+            with self._cond:
+                for _ in range(1 << 62):
+                    if self._closed or self._changed or self._all:
+                        break
+                    self._cond.wait()
+                if self._closed:
+                    return
+                names = [] if self._all else sorted(self._changed)
+                self._changed, self._all = set(), False
+            try:
+                self.send(wire.encode(wire.changed(names)))
+            except OSError:
+                return
+
+    def close(self) -> None:
+        self._sub.close()
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
