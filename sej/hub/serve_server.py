@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -195,8 +194,7 @@ def serve(root: str, restrict: bool = False, reader: str = "hub", stdin: int = 0
     the protocol goes to a private copy of it.
     """
     if not os.path.isdir(root):
-        print(f"sej serve: {root} is not a directory", file=sys.stderr)
-        return 2
+        raise InvalidArgumentError(f"{root} is not a directory")
     out = os.dup(stdout)
     if stdout == 1:
         os.dup2(2, 1)

@@ -15,7 +15,6 @@ import errno
 import logging
 import posixpath
 import shlex
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -117,7 +116,9 @@ class Connection:
             raise ServeUnavailable(f"{self.label}: {e or type(e).__name__}{self._exit_why()}") from None
         finally:
             try:
-                self.channel.settimeout(min(1.0, self.io_timeout))  # the reader thread's poll of `failed`
+                # A send that gets no window for this long fails (a stalled server); the reader thread's recv wakes
+                # as often to see whether the connection failed meanwhile.
+                self.channel.settimeout(self.io_timeout)
             except (OSError, EOFError):
                 pass
 
@@ -145,8 +146,6 @@ class Connection:
                 try:
                     data = self.channel.recv(RECV_SIZE)
                 except TimeoutError:  # nothing to read: a quiet producer (the waiting calls time out themselves)
-                    continue
-                except socket.timeout:
                     continue
                 if not data:
                     self._fail(SourceError(f"{self.label}: sej serve closed the stream{self._exit_why()}"))
@@ -278,7 +277,6 @@ class Connection:
         return [c.error if c.error is not None else c.value for c in pending]
 
     def _send(self, data: bytes) -> None:
-        self.channel.settimeout(self.io_timeout)  # a send stuck this long (no window from a stalled server) fails
         self.channel.sendall(data)
 
     def _wait(self, pending: list[_Call]) -> None:

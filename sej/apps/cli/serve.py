@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -27,6 +28,8 @@ def serve_cmd(root: str, restrict: bool, reader: str) -> None:
         check_reader_name(reader)
     except ValueError as e:
         raise usage(str(e)) from None
+    if not os.path.isdir(root):
+        raise usage(f"{root} is not a directory")
     if sys.stdin.isatty() or sys.stdout.isatty():
         raise usage("sej serve speaks to a hub over stdin and stdout; the hub runs it over SSH")
     code = serve(root, restrict=restrict, reader=reader)
