@@ -453,8 +453,9 @@ def test_a_writer_whose_lock_file_was_deleted_stops_before_writing_more(jdir: st
         w1.append(b"one %d" % i)
     w1.flush()
     os.remove(writer_lock_path(jdir))  # what the Go writer's close, or an operator, does
-    with sej.Writer(jdir) as w2:  # the lock path now names a new file: a second writer gets in
-        assert w2.append(b"two") == 5
+    with pytest.raises(sej.LockedError, match="jnl is locked"):
+        sej.Writer(jdir)  # the lock path now names a new file, but w1's lock on jnl/ keeps a second sej writer out
+    # A Go writer takes only jnl.lck, so it could get in now: w1 stops before writing more.
     w1.append(b"never written")
     with pytest.raises(sej.LockLostError, match="jnl.lck was replaced"):
         w1.sync()
@@ -463,6 +464,8 @@ def test_a_writer_whose_lock_file_was_deleted_stops_before_writing_more(jdir: st
     with pytest.raises(sej.LockLostError):
         w1.close()
     assert w1.closed
+    with sej.Writer(jdir) as w2:  # w1 is gone: the next writer opens after its messages
+        assert w2.append(b"two") == 5
     with sej.Scanner(jdir, 0, timeout=0) as s:
         assert [m.value for m in s] == [b"one %d" % i for i in range(5)] + [b"two"]
 
