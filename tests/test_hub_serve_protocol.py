@@ -326,3 +326,17 @@ def test_the_server_pushes_the_journals_that_change_and_not_the_hubs_own_commits
         assert all(first not in p for p in pushes), pushes  # the hub's own commit (ofs/) is no news
     finally:
         conn.close()
+
+
+def test_a_run_of_commits_is_made_together_and_in_order_per_journal(tmp_path) -> None:
+    root = tmp_path / "root"
+    produce(str(root), 200)
+    journals = sorted(os.listdir(root))
+    conn = serving(str(root))
+    try:
+        calls = [("commit_offset", j, "hub", 5, False) for j in journals] + [("commit_offset", journals[0], "hub", 9,
+                                                                               False)]  # fmt: skip
+        assert conn.call_many(calls) == [None] * len(calls)
+    finally:
+        conn.close()
+    assert [sej.Offset(str(root / j), "hub").value for j in journals] == [9] + [5] * (len(journals) - 1)

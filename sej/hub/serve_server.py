@@ -13,6 +13,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..errors import CorruptionError, InvalidArgumentError, ProtocolError, SejError, UnsafeFileError
@@ -24,6 +25,9 @@ log = logging.getLogger("sej.hub.serve")
 
 READ_SIZE = 1 << 20
 """Bytes read from stdin at a time."""
+
+COMMIT_THREADS = 8
+"""Commits made at once (each fsyncs its offset file, then its directory)."""
 
 
 class _OneJournal:
@@ -87,10 +91,12 @@ class Session:
         self.source_root = self.root  # the directory its journals are in
         self.ended = False
         self.greeted = False  # MAGIC sent
+        self._pool: ThreadPoolExecutor | None = None
 
     def receive(self, data: bytes) -> bytes:
         self.decoder.feed(data)
         out: list[bytes] = []
+        commits: list[tuple[int, list[Any]]] = []  # a run of commits, made together (_commit_run)
         try:
             for _ in range(1 << 30):  # every whole message fed (at most one per 5 bytes)
                 if self.ended:
@@ -98,7 +104,19 @@ class Session:
                 msg = self.decoder.next()
                 if msg is None:
                     break
+                if self.source is not None and msg[0] == wire.CALL:
+                    call_id, method, args = wire.parse_call(msg)
+                    if method == "commit_offset" and all(args[0] != a[0] for _i, a in commits):
+                        commits.append((call_id, args))
+                        continue
+                    out += self._commit_run(commits)
+                    commits = []
+                    out += self._answer(call_id, method, args)
+                    continue
+                out += self._commit_run(commits)
+                commits = []
                 out += self._handle(msg)
+            out += self._commit_run(commits)
         except ProtocolError as e:  # nothing after a bad frame can be trusted: say why, then end
             log.error("sej serve %s: %s", self.root, e)
             if not self.greeted:  # the hub learns it is sej serve that refuses it
@@ -112,11 +130,7 @@ class Session:
         if self.source is None:
             return self._hello(msg)
         if msg[0] == wire.CALL:
-            call_id, method, args = wire.parse_call(msg)
-            try:
-                return wire.reply(call_id, self._call(method, args))
-            except Exception as e:  # per call, as Source.many reports it; the stream goes on
-                return [wire.encode(_error(call_id, e))]
+            return self._answer(*wire.parse_call(msg))
         if msg[0] == wire.WATCH and len(msg) == 2 and self.on_watch is not None:
             if isinstance(self.source, _OneJournal):
                 self.on_watch(os.path.join(self.root, self.source.journal), self.source.journal)
@@ -126,6 +140,26 @@ class Session:
                 self.on_watch(self.root, None)
             return []
         raise ProtocolError(f"a {wire.KINDS[msg[0]]} message from the hub")
+
+    def _answer(self, call_id: int, method: str, args: list[Any]) -> list[bytes]:
+        try:
+            return wire.reply(call_id, self._call(method, args))
+        except Exception as e:  # per call, as Source.many reports it; the stream goes on
+            return [wire.encode(_error(call_id, e))]
+
+    def _commit_run(self, commits: list[tuple[int, list[Any]]]) -> list[bytes]:
+        """Answer a run of commits of distinct journals, made COMMIT_THREADS at a time: each is sej.offset's own,
+        with its own fsyncs, and the disk serves those of a pass's thousand commits together, not one by one."""
+        if len(commits) < 2:
+            return [f for c in commits for f in self._answer(c[0], "commit_offset", c[1])]
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=COMMIT_THREADS, thread_name_prefix="sej-serve-commit")
+        done = self._pool.map(lambda c: self._answer(c[0], "commit_offset", c[1]), commits)
+        return [f for frames in done for f in frames]
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
 
     def _hello(self, msg: list[Any]) -> list[bytes]:
         versions, asked = wire.parse_hub_hello(msg)
@@ -229,6 +263,7 @@ def serve(root: str, restrict: bool = False, reader: str = "hub", stdin: int = 0
     finally:
         for w in watcher:
             w.close()
+        session.close()
         os.close(out)
 
 
