@@ -89,3 +89,37 @@ def lock_dir(path: str) -> DirLock | None:
         os.close(fd)
         raise
     return DirLock(path, fd)
+
+
+class JournalLock:
+    """A journal's writer locks: `jnl.lck` (the Go writer takes it too) and the flock on `jnl/` (which no deletion
+    or rename of `jnl.lck` takes away). What every tool that changes a journal's segments holds, as a writer does."""
+
+    __slots__ = ("file", "dir")
+
+    def __init__(self, file: IO[str], dir: DirLock | None) -> None:
+        self.file = file
+        self.dir = dir
+
+    def fileno(self) -> int:
+        return self.file.fileno()
+
+    def release(self) -> None:
+        """Release both (in a forked child: close its copies only)."""
+        try:
+            unlock_file(self.file)
+        finally:
+            if self.dir is not None:
+                self.dir.release()
+
+
+def lock_journal(journal: str) -> JournalLock:
+    """Take the writer locks of the journal directory `journal`; LockedError naming the one held."""
+    from .layout import segment_dir, writer_lock_path  # layout imports nothing of this module's users
+
+    fh = lock_file(writer_lock_path(journal))
+    try:
+        return JournalLock(fh, lock_dir(segment_dir(journal)))
+    except BaseException:
+        unlock_file(fh)
+        raise

@@ -18,8 +18,8 @@ from typing import NamedTuple
 
 from .checksum import BLOCK, Hasher, check_segment, header
 from .fsutil import atomic_write, fsync_dir, open_file, open_regular
-from .layout import index_dir, list_segments, sum_path, writer_lock_path
-from .lock import lock_file, unlock_file
+from .layout import index_dir, list_segments, sum_path
+from .lock import lock_journal
 from .recovery import kept_end
 from .segment import pread_full
 
@@ -38,7 +38,7 @@ def seal_journal(dir: str, *, locked: bool = False) -> tuple[list[Sealed], list[
     `locked`: the caller holds the writer lock. Returns what was sealed, and why segments or bytes were left
     alone (mismatches, invalid checksum files, a torn or corrupt tail).
     """
-    lock = None if locked else lock_file(writer_lock_path(dir))
+    lock = None if locked else lock_journal(dir)
     try:
         os.makedirs(index_dir(dir), exist_ok=True)
         sealed: list[Sealed] = []
@@ -90,4 +90,4 @@ def seal_journal(dir: str, *, locked: bool = False) -> tuple[list[Sealed], list[
         return sealed, refused
     finally:
         if lock is not None:
-            unlock_file(lock)
+            lock.release()

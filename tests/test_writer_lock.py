@@ -238,3 +238,31 @@ def test_jnl_as_a_symlink_is_refused(tmp_path: Path) -> None:
     assert e.value.path == str(d / "jnl") and e.value.kind == "symlink"
     assert not held(d / "jnl.lck"), "the refused writer released jnl.lck"
     assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
+def test_tools_that_change_a_journal_see_its_writer_after_jnl_lck_is_deleted(tmp_path: Path) -> None:
+    """`sej verify --repair` and `--seal` (which cut and seal segments), the hub's copy into a journal, and the CLI's
+    check for a running writer hold or look at both locks, as a writer does: a deleted jnl.lck does not let them
+    change a journal under its live writer."""
+    from sej.apps.cli.target import writer_running
+    from sej.hub.copy import _Destination
+
+    d = tmp_path / "j"
+    a = popen_python(HOLD, str(d), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert ask(a) == "ready"
+        with (d / "jnl" / "0000000000000000.jnl").open("ab") as f:
+            f.write(b"torn")  # a tail --repair would cut if it could
+        os.remove(d / "jnl.lck")
+        assert writer_running(str(d)) is True
+        for flag in ("--repair", "--seal"):
+            r = run_python("from sej.apps.cli.main import main; main()", "verify", flag, str(d), timeout=scaled(60))
+            assert r.returncode == 1 and "a writer holds its lock" in r.stderr and str(d / "jnl") in r.stderr, r.stderr
+        assert (d / "jnl" / "0000000000000000.jnl").read_bytes().endswith(b"torn")  # nothing cut
+        with pytest.raises(sej.LockedError):
+            _Destination(str(d))
+        assert not held(d / "jnl.lck"), "a refused tool released the jnl.lck it took"
+    finally:
+        a.kill()
+        a.wait(timeout=scaled(30))
+    assert writer_running(str(d)) is False

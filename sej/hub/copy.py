@@ -25,8 +25,16 @@ from ..checksum import HEADER as SUM_HEADER
 from ..errors import SejError
 from ..frames import HEADER, I32, NO_TIMESTAMP, frame_total, walk_frames
 from ..fsutil import allow_open_files, fsync_dir, open_dir, sync_file_system, syncfs_reports_errors
-from ..layout import index_dir, list_segments, parse_segment_name, segment_dir, segment_name, segment_path, writer_lock_path
-from ..lock import lock_file, unlock_file
+from ..layout import (
+    index_dir,
+    list_segments,
+    parse_segment_name,
+    segment_dir,
+    segment_name,
+    segment_path,
+    writer_lock_path,
+)
+from ..lock import lock_journal
 from ..segment import chain_back, next_entry_after
 from .names import destination_name
 from .source import Source, SourceSegment
@@ -89,7 +97,7 @@ class _Destination:
         self.dir = dir
         os.makedirs(segment_dir(dir), exist_ok=True)  # a journal, also before its first segment
         os.makedirs(index_dir(dir), exist_ok=True)
-        self.lock = lock_file(writer_lock_path(dir))
+        self.lock = lock_journal(dir)  # as a writer's: jnl.lck and jnl/
         self.seg: SegmentAppender | None = None
         self.next: int | None = None
         self.max_ts = NO_TIMESTAMP
@@ -247,7 +255,7 @@ class _Destination:
             if self.seg is not None:
                 self.seg.close(synced or not self.needs_sync)
         finally:
-            unlock_file(self.lock)
+            self.lock.release()
 
     def drop(self) -> None:
         """Close without writing anything more (its writes could not be made durable)."""
@@ -255,7 +263,7 @@ class _Destination:
             if self.seg is not None:
                 self.seg.drop()
         finally:
-            unlock_file(self.lock)
+            self.lock.release()
 
 
 class StaleMark(Exception):

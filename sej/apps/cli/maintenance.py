@@ -14,8 +14,8 @@ import click
 from ...checksum import drop_past
 from ...errors import LockedError, SejError
 from ...journal import last_messages, next_offset
-from ...layout import list_segments, sum_path, writer_lock_path
-from ...lock import lock_file, unlock_file
+from ...layout import list_segments, sum_path
+from ...lock import lock_journal, unlock_file
 from ...recovery import recover_tail
 from ...retention import Deletion, RetentionPlan, apply_retention, lock_retention, plan_retention
 from ...scanner import Scanner
@@ -173,11 +173,11 @@ def verify(dir: str, repair: bool, seal: bool, as_json: bool) -> int:
         if repair or seal:  # every journal's writer lock first: with a writer running, nothing is changed
             for j in journals:
                 try:
-                    stack.callback(unlock_file, lock_file(writer_lock_path(j.path)))
-                except LockedError:
+                    stack.callback(lock_journal(j.path).release)
+                except LockedError as e:
                     raise Failure(
                         f"cannot {'repair' if repair else 'seal'} {j.path}: a writer holds its lock "
-                        f"{writer_lock_path(j.path)}; stop it first"
+                        f"{e.path}; stop it first"
                     ) from None
         if seal:
             for j in journals:

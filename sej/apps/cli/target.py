@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 from ...errors import CorruptionError, UnsafeFileError
 from ...fsutil import allow_open_files
-from ...layout import list_readers, parse_segment_name, reader_offset_path, writer_lock_path
+from ...layout import list_readers, parse_segment_name, reader_offset_path, segment_dir, writer_lock_path
 from ...offset import read_offset_file
 from ...shard import Journal, find_journals
 from ..shell import usage
@@ -83,25 +83,30 @@ def readers(dir: str) -> list[Reader]:
 
 
 def writer_running(dir: str) -> bool | None:
-    """Whether some process holds the journal's writer lock (flock on jnl.lck), from /proc/locks.
+    """Whether some process holds one of the journal's writer locks (flock on jnl.lck, or on jnl/ itself, which a
+    deleted jnl.lck leaves held), from /proc/locks.
 
     Reads only; taking the lock to test it could make a writer starting at that
     moment fail. None when it cannot tell (no /proc/locks).
     """
-    try:
-        st = os.stat(writer_lock_path(dir))
-    except FileNotFoundError:
+    want = set()
+    for path in (writer_lock_path(dir), segment_dir(dir)):
+        try:
+            st = os.stat(path, follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        want.add(f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}")
+    if not want:
         return False
     try:
         with open("/proc/locks") as f:
             lines = f.read().splitlines()
     except OSError:
         return None
-    want = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
     for line in lines:
         fields = line.split()
         if "->" in fields:  # a waiter: "1: -> FLOCK ..."
             continue
-        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == want:
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] in want:
             return True
     return False
