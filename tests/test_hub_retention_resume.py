@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 import sej
 from sej.offset import read_offset_file
@@ -77,3 +80,26 @@ def test_a_gap_after_the_hub_s_deleted_last_segment_is_reported_with_the_offsets
         assert f"gap: offsets {FULL}..{2 * FULL - 1} are gone from the source" in bad.stderr, bad.stderr
     assert sej.next_offset(os.path.join(hub, "local.j")) == FULL  # nothing continued past the gap
     assert read_offset_file(os.path.join(journal, "ofs", "hub.ofs")) == FULL
+
+
+def test_a_source_rewritten_with_other_segments_is_not_taken_for_retention(tmp_path) -> None:
+    """The hub's last segment is gone from the source and a source segment starts at the hub's next offset,
+    but an earlier source segment spans what the hub's last segment held: the journal was rewritten (here
+    recreated with a larger segment size), not cut by retention, and the copy must not continue."""
+    from sej.hub.copy import CopyError, copy_journal
+    from sej.hub.source import LocalSource
+
+    src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
+    journal = os.path.join(src, "j")
+    with sej.Writer(journal, segment_size=32 * 76) as w:
+        for _ in range(FULL):
+            w.append(b"x" * 50)
+    assert [s.first_offset for s in sej.list_segments(journal)] == [0, 32]
+    assert copy_journal(LocalSource(src), "j", hub, "local", "hub").next_offset == FULL
+    shutil.rmtree(journal)
+    append(journal, FULL + 1, b"z")  # segments 0 (offsets 0..53) and 54, other bytes
+    assert [s.first_offset for s in sej.list_segments(journal)] == [0, FULL]
+    for _ in range(2):
+        with pytest.raises(CopyError, match="no longer has 0000000000000020.jnl"):
+            copy_journal(LocalSource(src), "j", hub, "local", "hub")
+    assert sej.next_offset(os.path.join(hub, "local.j")) == FULL  # nothing of the rewritten journal copied

@@ -25,15 +25,7 @@ from ..checksum import HEADER as SUM_HEADER
 from ..errors import SejError
 from ..frames import HEADER, I32, NO_TIMESTAMP, frame_total, walk_frames
 from ..fsutil import allow_open_files, fsync_dir, open_dir, sync_file_system, syncfs_reports_errors
-from ..layout import (
-    index_dir,
-    list_segments,
-    parse_segment_name,
-    segment_dir,
-    segment_name,
-    segment_path,
-    writer_lock_path,
-)
+from ..layout import index_dir, list_segments, segment_dir, segment_name, segment_path, writer_lock_path
 from ..lock import lock_journal
 from ..segment import chain_back, next_entry_after
 from .names import destination_name
@@ -669,22 +661,20 @@ def _resume_point(source: Source, journal: str, src: list[SourceSegment], dest: 
     names = [s.name for s in src]
     if dest.name not in names:
         # Retention deleted the hub's last segment after the hub had all of it (its reader offset was past
-        # it), or the hub's last segment is an empty next one: the copy continues in the source's segment
-        # that starts at the hub's next offset. No source segment may start inside what the hub holds of
-        # its last segment (that would be a rewrite), and one starting later is a gap, never skipped.
-        first = parse_segment_name(dest.name)
-        later = [k for k, s in enumerate(src) if s.first_offset >= dest.next]
-        inside = [s for s in src if first is not None and first <= s.first_offset < dest.next]
-        if later and not inside:
-            start = src[later[0]].first_offset
-            if start == dest.next:
-                return later[0]
-            if all(s.first_offset > dest.next for s in src):
-                raise CopyError(
-                    f"{where}: gap: offsets {dest.next}..{start - 1} are gone from the source (retention deleted "
-                    f"them before the hub copied them); the hub's copy ends at {dest.next} in {dest.name}, the "
-                    f"source's next segment is {source.describe(journal, src[later[0]].name)}"
-                )
+        # it): the copy continues in the source's segment that starts at the hub's next offset. Retention
+        # deletes a journal's first segments only, so every segment the source still has must start at or
+        # after the hub's next offset: one starting before it, inside the hub's last segment or before it
+        # (whose name the hub's last segment would follow), means the source was rewritten. The first
+        # starting later is a gap, never skipped.
+        start = src[0].first_offset
+        if start == dest.next:
+            return 0
+        if start > dest.next:
+            raise CopyError(
+                f"{where}: gap: offsets {dest.next}..{start - 1} are gone from the source (retention deleted "
+                f"them before the hub copied them); the hub's copy ends at {dest.next} in {dest.name}, the "
+                f"source's next segment is {source.describe(journal, src[0].name)}"
+            )
         raise CopyError(
             f"{where}: the source no longer has {dest.name} (the hub has {dest.size} bytes of it): "
             f"deleted or rewritten under the hub; first source segment is {names[0]}"
