@@ -31,9 +31,9 @@ def listings(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     listed: list[str] = []
     real = SftpSource._list_dir
 
-    def counting(self, path):  # type: ignore[no-untyped-def]
+    def counting(self, path, **kw):  # type: ignore[no-untyped-def]
         listed.append(path)
-        return (yield from real(self, path))
+        return (yield from real(self, path, **kw))
 
     monkeypatch.setattr(SftpSource, "_list_dir", counting)
     return listed
@@ -238,9 +238,9 @@ def test_every_look_at_a_changing_root_is_the_local_listing(
     listed: list[str] = []
     real = SftpSource._list_dir
 
-    def counting(self, path):  # type: ignore[no-untyped-def]
+    def counting(self, path, **kw):  # type: ignore[no-untyped-def]
         listed.append(path)
-        return (yield from real(self, path))
+        return (yield from real(self, path, **kw))
 
     SftpSource._list_dir = counting  # type: ignore[method-assign]  # hypothesis: no monkeypatch fixture per example
     try:

@@ -8,6 +8,7 @@ own test used a wrapper of its own). These tests run the daemon against a real s
 from __future__ import annotations
 
 import os
+from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +17,7 @@ import pytest
 import sej
 from sej.hub import daemon
 from sej.hub.batch import PROBE_TOGETHER_RTT, Prefetched
-from sej.hub.config import load_config
+from sej.hub.config import ClientConfig, load_config
 from sej.hub.daemon import Hub
 from sej.hub.source import LocalSource, SftpSource, Source
 from testing.wan import Wan
@@ -37,9 +38,12 @@ def far_config(tmp_path: Path, sshd: Sshd, wan: Wan, src: Path) -> Any:
     known = tmp_path / "known_hosts_wan"
     known.write_text(f"[127.0.0.1]:{wan.port} {sshd.host_key}\n")
     conf = tmp_path / "hub.toml"
+    # Over SFTP: where the hub can choose `sej serve` (issue 39, 2), it is told not to (this sej is on the producer).
+    sftp = 'transport = "sftp"\n' if "transport" in {f.name for f in fields(ClientConfig)} else ""
     conf.write_text(
         f'hub_root = "{tmp_path / "hub"}"\n\n[[client]]\nclient_id = "far"\nhost = "127.0.0.1"\nport = {wan.port}\n'
         f'user = "{sshd.user}"\nidentity_file = "{sshd.identity}"\nknown_hosts = "{known}"\nremote_root = "{src}"\n'
+        + sftp
     )
     return load_config(conf)
 

@@ -615,9 +615,9 @@ def test_a_pass_reads_what_it_just_listed_or_probed_without_an_lstat_and_a_swapp
         seen: list[str] = []
         real_lstats, real_seen = SftpSource._lstats, SftpSource._read_seen
 
-        def counting_lstats(self, *paths):  # type: ignore[no-untyped-def]
+        def counting_lstats(self, *paths, **kw):  # type: ignore[no-untyped-def]
             lstats.extend(paths)
-            return (yield from real_lstats(self, *paths))
+            return (yield from real_lstats(self, *paths, **kw))
 
         def counting_seen(self, journal, name, pos, size):  # type: ignore[no-untyped-def]
             seen.append(journal)

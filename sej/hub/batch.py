@@ -32,7 +32,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, NamedTuple, Protocol
 
@@ -551,10 +551,16 @@ def copy_all(
     sources: list[Source] = [] if kept is not None else [lister]
     sources_lock = threading.Lock()
 
+    # Far away, a worker's SFTP channel costs four round trips (open, subsystem, init, the source's first look):
+    # opened ahead, in threads of their own, while the pass lists and probes (an idle pass closes them unused).
+    opening = _Opening(make_source)
+    if kept is None and lister.remote:
+        opening.start(workers)
+
     def own_source() -> Source:
         src = getattr(local, "source", None)
         if src is None:
-            src = local.source = make_source()
+            src = local.source = opening.take()
             with sources_lock:
                 sources.append(src)
         return src
@@ -708,11 +714,47 @@ def copy_all(
             state.save()
         finally:
             try:
+                opening.close()
                 for s in sources:
                     s.close()
             finally:
                 if own_destinations:
                     destinations.close()
+
+
+class _Opening:
+    """Sources opened ahead for a pass's workers, each in a thread of its own; `take` gives one (or makes one)."""
+
+    def __init__(self, make_source: Callable[[], Source]) -> None:
+        self._make = make_source
+        self._lock = threading.Lock()
+        self._futures: list[Future[Source]] = []
+        self._pool: ThreadPoolExecutor | None = None
+
+    def start(self, n: int) -> None:
+        """Open `n` sources ahead (once a pass: a second call does nothing)."""
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=max(1, n), thread_name_prefix="sej-hub-open")
+                self._futures = [self._pool.submit(self._make) for _ in range(n)]
+
+    def take(self) -> Source:
+        with self._lock:
+            ahead = self._futures.pop(0) if self._futures else None
+        return ahead.result() if ahead is not None else self._make()
+
+    def close(self) -> None:
+        """Close the sources opened ahead and not taken (waiting for those still opening)."""
+        with self._lock:
+            left, self._futures = self._futures, []
+            pool = self._pool
+        for f in left:
+            try:
+                f.result().close()
+            except Exception as e:  # one that failed to open: nothing to close, and no pass used it
+                log.debug("a source opened ahead: %s", e)
+        if pool is not None:
+            pool.shutdown(wait=True)
 
 
 def commit_pending(make_source: Callable[[], Source], state: CopyState, reader: str, client_id: str) -> None:

@@ -218,6 +218,36 @@ class Pipeline:
         return result  # type: ignore[no-any-return]
 
 
+def together(*ops: Op[Any]) -> Op[list[Any]]:
+    """Operations side by side as one: each round sends the next requests of every one still going, together.
+    Each one's result, or the exception it raised (the others go on)."""
+    results: list[Any] = [None] * len(ops)
+    asked: dict[int, list[Request]] = {}
+    for k, op in enumerate(ops):
+        try:
+            asked[k] = next(op)
+        except StopIteration as stop:
+            results[k] = stop.value
+        except Exception as e:
+            results[k] = e
+    while asked:
+        order = list(asked)
+        replies = yield [r for k in order for r in asked[k]]
+        pos = 0
+        for k in order:
+            n = len(asked[k])
+            part, pos = replies[pos : pos + n], pos + n
+            try:
+                asked[k] = ops[k].send(part)
+            except StopIteration as stop:
+                results[k] = stop.value
+                del asked[k]
+            except Exception as e:
+                results[k] = e
+                del asked[k]
+    return results
+
+
 _HEAD = struct.Struct(">IB")
 
 STUCK_SHOWN = 3
@@ -276,4 +306,4 @@ def expect_ok(reply: Reply) -> None:
         raise error
 
 
-__all__ = ["WINDOW", "Op", "Pipeline", "Reply", "Request", "expect", "expect_ok", "status_error"]
+__all__ = ["WINDOW", "Op", "Pipeline", "Reply", "Request", "expect", "expect_ok", "status_error", "together"]

@@ -40,7 +40,7 @@ from ..offset import (
 )
 from ..shard.name import is_shard_name, parse_shard
 from .names import check_journal_name, check_segment_name
-from .pipeline import Op, SFTPStreamError, expect, expect_ok
+from .pipeline import Op, SFTPStreamError, expect, expect_ok, together
 
 if TYPE_CHECKING:
     import paramiko  # SftpSource is given a paramiko SFTPClient: paramiko is imported where it is made (sej.hub.ssh)
@@ -576,11 +576,14 @@ class SftpSource:
         asked = time.monotonic()
         waiting = sorted(last.jnl) if last is not None else []  # shard directories without a jnl/ directory
         paths = [posixpath.join(self.root, d, SEGMENT_DIR) for d in waiting]
+        # Without a listing to reuse, the root is listed in the same round trips as its stat (asked first: the
+        # listing is at least as new as the mtime it is kept with).
+        fresh = last is None
         try:
             # The root may be a symlink: where it leads is asked too (a symlink pointed elsewhere, at a directory of
             # the same mtime, is a change its target's mtime does not show).
-            root, real, *more = self._pipe.run([self._stat(self.root), self._realpath(self.root),
-                                                *([self._lstats(*paths)] if paths else [])])  # fmt: skip
+            also = [self._list_dir(self.root, defer_close=True)] if fresh else [self._lstats(*paths)] if paths else []
+            root, real, *more = self._pipe.run([self._stat(self.root), self._realpath(self.root), *also])
         except self._errors as e:  # the channel failed
             self.broken = True
             raise SourceError(f"{self.label}:{self.root}: {self._why(e)}") from None
@@ -595,17 +598,18 @@ class SftpSource:
             self._skipped = dict(last.skipped)
             return list(last.names)
         self._listing = None
-        at = time.monotonic()
+        at = asked if fresh else time.monotonic()
         try:
-            (listed,) = self._pipe.run([self._list_dir(self.root)])
+            (listed,) = more if fresh else self._pipe.run([self._list_dir(self.root, defer_close=True)])
             if isinstance(listed, SejError):  # a listing that never ends
                 raise listed
             if isinstance(listed, BaseException):  # the server's answer (no such directory, no permission)
                 raise SourceError(f"{self.label}:{self.root}: {listed}")
             entries = [attrs for _name, attrs in listed]
-            # The jnl/ of every directory, at once (see sej.hub.pipeline).
+            # The jnl/ of every directory, at once (see sej.hub.pipeline), with the close of the root's handle.
             dirs = [e.filename for e in entries if stat.S_ISDIR(e.st_mode or 0) and is_shard_name(e.filename)]
-            got = self._pipe.run([self._lstats(posixpath.join(self.root, d, SEGMENT_DIR)) for d in dirs])
+            lstats = [self._lstats(posixpath.join(self.root, d, SEGMENT_DIR)) for d in dirs]
+            got = self._pipe.run([self._close_let_go(), *lstats])[1:]
         except self._errors as e:  # the channel failed
             self.broken = True
             raise SourceError(f"{self.label}:{self.root}: {self._why(e)}") from None
@@ -736,8 +740,10 @@ class SftpSource:
         self._is(path, attrs, stat.S_ISREG, "a regular file")  # never open a FIFO: it would hang the server
         end = min(attrs.st_size or 0, MAX_SUMS)
         handle = yield from self._open(path, SFTP_FLAG_READ)
+        if self._keep_max <= 0:  # closed with its reads: a round trip less
+            return (yield from self._read_open(path, handle, pos, max(pos, end), head, close=True))
         read = self._read_open(path, handle, pos, max(pos, end), head)
-        return (yield from self._keeping(key if self._keep_max > 0 else None, path, handle, read))
+        return (yield from self._keeping(key, path, handle, read))
 
     def _read_rest(self, path: str, handle: bytes, pos: int, head: int, key: tuple[str, str] | None = None
                    ) -> Op[bytes]:  # fmt: skip
@@ -800,12 +806,14 @@ class SftpSource:
             raise OSError(f"a REALPATH of {path} named no single path")
         return str(msg.get_text())
 
-    def _lstats(self, *paths: str) -> Op[list[paramiko.SFTPAttributes | None]]:
-        """lstat of each path at once; None for a missing one."""
+    def _lstats(self, *paths: str, before: tuple[Any, ...] = ()) -> Op[list[paramiko.SFTPAttributes | None]]:
+        """lstat of each path at once; None for a missing one. `before`: requests sent first in the same round,
+        their replies ignored (the server answers in turn: the lstats see what they did)."""
         from paramiko import SFTPAttributes
         from paramiko.sftp import CMD_ATTRS, CMD_LSTAT
 
-        replies = yield [(CMD_LSTAT, p.encode()) for p in paths]
+        replies = yield [*before, *((CMD_LSTAT, p.encode()) for p in paths)]
+        replies = replies[len(before) :]
         out: list[paramiko.SFTPAttributes | None] = []
         for reply in replies:
             try:
@@ -821,14 +829,15 @@ class SftpSource:
         if not test(attrs.st_mode or 0):
             raise UnsafeFileError(f"{self.label}:{path}", kind(attrs.st_mode or 0), expected)
 
-    def _dirs(self, journal: str, sub: str | None, *more: str) -> Op[list[paramiko.SFTPAttributes | None]]:
+    def _dirs(self, journal: str, sub: str | None, *more: str, before: tuple[Any, ...] = ()
+              ) -> Op[list[paramiko.SFTPAttributes | None]]:  # fmt: skip
         """Check the journal's directory (and its `sub` directory) are directories, no symlinks; lstat
-        `more` paths in the same round trip (returned)."""
+        `more` paths in the same round trip (returned). `before`: requests sent first (see _lstats)."""
         jdir = self._path(journal)
         paths = [] if self._only is not None else [jdir]  # a configured single journal is the configured path
         if sub is not None:
             paths.append(posixpath.join(jdir, sub))
-        attrs = yield from self._lstats(*paths, *more)
+        attrs = yield from self._lstats(*paths, *more, before=before)
         for p, a in zip(paths, attrs, strict=False):
             self._is(p, a, stat.S_ISDIR, "a directory")
         return attrs[len(paths) :]
@@ -842,13 +851,20 @@ class SftpSource:
         entries = yield from self._list_dir(jdir)
         return _valid_segments(self._segment_files(entries, jdir), jdir)
 
-    def _list_dir(self, path: str) -> Op[list[tuple[str, paramiko.SFTPAttributes]]]:
-        """(name, lstat attributes) of every entry of the directory `path` but . and .. (paramiko's listdir_attr)."""
+    def _list_dir(self, path: str, defer_close: bool = False) -> Op[list[tuple[str, paramiko.SFTPAttributes]]]:
+        """(name, lstat attributes) of every entry of the directory `path` but . and .. (paramiko's listdir_attr).
+        With `defer_close`, its handle is closed with the next call's requests, not in a round trip of its own."""
         from paramiko.sftp import CMD_HANDLE, CMD_OPENDIR
 
         (reply,) = yield [(CMD_OPENDIR, path.encode())]
         handle = expect(reply, CMD_HANDLE).get_binary()
-        entries = yield from self._closing(handle, self._read_entries(handle, path))
+        if not defer_close:
+            entries = yield from self._closing(handle, self._read_entries(handle, path))
+        else:
+            try:
+                entries = yield from self._read_entries(handle, path)
+            finally:
+                self._closing_kept.append(handle)
         return [(name, attrs) for name, attrs in entries if name not in (".", "..")]
 
     def _read_entries(self, handle: bytes, path: str) -> Op[list[tuple[str, paramiko.SFTPAttributes]]]:
@@ -972,8 +988,10 @@ class SftpSource:
             assert keep is not None
             self._let_go(keep, kept)
         handle = yield from self._open(path, SFTP_FLAG_READ)
+        if keep is None or self._keep_max <= 0:  # closed with its reads: a round trip less
+            return (yield from self._read_open(path, handle, pos, end, close=True))
         read = self._read_open(path, handle, pos, end)
-        return (yield from self._keeping(keep if self._keep_max > 0 else None, path, handle, read))
+        return (yield from self._keeping(keep, path, handle, read))
 
     def _keeping(self, key: tuple[str, str] | None, path: str, handle: bytes, op: Op[T]) -> Op[T]:
         """Run `op` on the just opened `handle` of `path`, then keep it for `key` (None: close it, as when it is
@@ -1060,19 +1078,23 @@ class SftpSource:
             return None
         return limit if limit > 0 else None
 
-    def _read_open(self, path: str, handle: bytes, pos: int, end: int, head: int = 0, fstat: bool = True
-                   ) -> Op[bytes]:  # fmt: skip
+    def _read_open(self, path: str, handle: bytes, pos: int, end: int, head: int = 0, fstat: bool = True,
+                   close: bool = False) -> Op[bytes]:  # fmt: skip
         """Bytes [pos, end) of an open file, checked to be a regular file (fstat) with the same reads
         (unless `fstat` is False: a kept handle); with `head`, after the file's first `head` bytes (read in
-        the same round)."""
+        the same round). With `close`, the handle is closed in the same round, after the reads (the server
+        answers one handle's requests in turn), whatever they answer: the caller must not close it again."""
         from paramiko import SFTPAttributes
-        from paramiko.sftp import CMD_ATTRS, CMD_DATA, CMD_FSTAT, CMD_READ, int64
+        from paramiko.sftp import CMD_ATTRS, CMD_CLOSE, CMD_DATA, CMD_FSTAT, CMD_READ, int64
 
         # fstat and the reads go together; OpenSSH serves a read of up to 256 KiB less a header.
         ranges = [(p, min(READ_RANGE, end - p)) for p in range(pos, end, READ_RANGE)]
         first = [(CMD_READ, handle, int64(0), head)] if head else []
         check = [(CMD_FSTAT, handle)] if fstat else []
-        replies = yield [*check, *first, *((CMD_READ, handle, int64(p), n) for p, n in ranges)]
+        last = [(CMD_CLOSE, handle)] if close else []
+        replies = yield [*check, *first, *((CMD_READ, handle, int64(p), n) for p, n in ranges), *last]
+        if close:
+            replies = replies[:-1]  # an error closing changes nothing: what was read was read
         if fstat:
             opened = SFTPAttributes._from_msg(expect(replies[0], CMD_ATTRS))
             if not stat.S_ISREG(opened.st_mode or 0):
@@ -1118,6 +1140,20 @@ class SftpSource:
             return None  # a malformed file is replaced by the next commit (as in LocalSource)
 
     def _commit_offset(self, journal: str, reader: str, value: int, sweep: bool = True) -> Op[None]:
+        if not sweep:
+            return (yield from self._write_offset(journal, reader, value))
+        # The sweep goes side by side with the commit, not after it: three round trips less. It compares the temp
+        # files with the offset file as its listing finds it (this commit's or the one before): no newer than now.
+        ofs = self._path(journal, OFFSET_DIR)
+        final = posixpath.join(ofs, offset_file_name(reader))
+        wrote, _ = yield from together(self._write_offset(journal, reader, value), self._sweep(journal, ofs, final))
+        if isinstance(wrote, BaseException):
+            raise wrote
+        return None
+
+    def _write_offset(self, journal: str, reader: str, value: int) -> Op[None]:
+        """Write the reader's offset file: in place through the handle kept from the last commit, else a temp file
+        renamed over it."""
         from paramiko import SFTPAttributes
         from paramiko.sftp import (
             CMD_CLOSE,
@@ -1147,16 +1183,15 @@ class SftpSource:
             except (OSError, EOFError):  # the server no longer has it: replaced below
                 self._let_go(key, kept)
             else:
-                if sweep:
-                    yield from self._sweep(journal, ofs, final)
                 return
         tmp = temp_name(final)
         try:
             (there,) = yield from self._dirs(journal, OFFSET_DIR, final)
-        except FileNotFoundError:  # no ofs/ yet (or no journal: the check below says so)
-            yield from self._dirs(journal, None)
-            yield [(CMD_MKDIR, ofs.encode(), SFTPAttributes())]  # an error: it exists now (checked next)
-            (there,) = yield from self._dirs(journal, OFFSET_DIR, final)
+        except FileNotFoundError:  # no ofs/ yet (or no journal: the check after the MKDIR says so)
+            # The journal's directory has just been lstat'ed a directory (a symlink raised UnsafeFileError): the MKDIR
+            # goes with the lstats that check what it made, in one round trip. An error: it exists now, or no journal.
+            mkdir = ((CMD_MKDIR, ofs.encode(), SFTPAttributes()),)
+            (there,) = yield from self._dirs(journal, OFFSET_DIR, final, before=mkdir)
         if there is not None:
             self._is(final, there, stat.S_ISREG, "a regular file")  # a symlink or FIFO there is not replaced
         # O_CREAT|O_EXCL: never through a symlink.
@@ -1182,8 +1217,6 @@ class SftpSource:
             raise
         if keep and not self._keep(key, final, handle):
             yield [(CMD_CLOSE, handle)]  # no room left meanwhile; an error here changes nothing
-        if sweep:
-            yield from self._sweep(journal, ofs, final)
 
     def _sweep(self, journal: str, ofs: str, final: str) -> Op[None]:
         """Remove the temp files killed commits left in `ofs` (best effort: the commit is done)."""
