@@ -1420,3 +1420,30 @@ def test_an_initial_pass_reads_no_offset_on_the_source_and_a_pass_without_its_ca
     assert all(o.error is None and o.result is not None and o.result.messages == 0 for o in out), out
     assert sorted(reads) == journals, "the hub has copies: every offset is read"
     assert {j: os.stat(ofs[j]).st_mtime_ns for j in journals} == times, "nothing new: no offset file rewritten"
+
+
+def test_the_hub_journals_kept_open_fit_in_the_open_files_limit_they_are_counted_against(tmp_path) -> None:
+    """open_journals() keeps as many hub journals open as the open-files limit leaves room for beyond 1,024:
+    the descriptors each kept journal really holds (its two writer locks since the lock on jnl/, its segment,
+    its checksum file) must be what it counts, or a daemon at the cap runs out of descriptors."""
+    code = f"""
+import os, resource, sys
+resource.setrlimit(resource.RLIMIT_NOFILE, (1024 + 120, 1024 + 120))
+import sej
+from sej.hub import LocalSource, copy_journal
+from sej.hub.copy import Destinations, open_journals
+src, hub = {str(tmp_path / "src")!r}, {str(tmp_path / "hub")!r}
+n = open_journals()
+for i in range(n):
+    with sej.Writer(os.path.join(src, f"j{{i}}")) as w:
+        w.append(b"x")
+kept = Destinations(n)
+before = len(os.listdir("/proc/self/fd"))
+for i in range(n):
+    copy_journal(LocalSource(src), f"j{{i}}", hub, "c", "hub", destinations=kept)
+print(n, len(os.listdir("/proc/self/fd")) - before)
+"""
+    done = run_python(code)
+    assert done.returncode == 0, done.stderr
+    n, held = map(int, done.stdout.split())
+    assert n > 0 and held <= 120, (n, held)

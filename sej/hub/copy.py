@@ -342,12 +342,16 @@ class _SumCheck:
 
 
 OPEN_JOURNALS = 4096
-"""The most hub journals kept open (Destinations) by a process, over all clients (three files each)."""
+"""The most hub journals kept open (Destinations) by a process, over all clients (FILES_PER_JOURNAL files each)."""
+
+FILES_PER_JOURNAL = 4
+"""The descriptors a hub journal kept open holds: its writer locks (jnl.lck and jnl/), its last segment and that
+segment's checksum file."""
 
 
 def open_journals() -> int:
     """How many hub journals to keep open: OPEN_JOURNALS, fewer if the open-files limit cannot be raised."""
-    allow_open_files(3 * OPEN_JOURNALS + 1024)
+    allow_open_files(FILES_PER_JOURNAL * OPEN_JOURNALS + 1024)
     try:
         import resource
 
@@ -356,7 +360,7 @@ def open_journals() -> int:
         return 0
     if soft == resource.RLIM_INFINITY:
         return OPEN_JOURNALS
-    return max(0, min(OPEN_JOURNALS, (soft - 1024) // 3))
+    return max(0, min(OPEN_JOURNALS, (soft - 1024) // FILES_PER_JOURNAL))
 
 
 class Destinations:
@@ -418,8 +422,8 @@ def _close_all(dests: list[_Destination]) -> None:
 
 
 PENDING_LIMIT = 1024
-"""The most hub journals a process's SyncBatches hold open at once, waiting for their syncfs (three files
-each): a batch that reaches it syncs what it holds early (or waits for the other batches to)."""
+"""The most hub journals a process's SyncBatches hold open at once, waiting for their syncfs (FILES_PER_JOURNAL
+files each): a batch that reaches it syncs what it holds early (or waits for the other batches to)."""
 
 _pending_slots = threading.BoundedSemaphore(PENDING_LIMIT)
 

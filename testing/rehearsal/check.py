@@ -10,6 +10,7 @@ from collections import Counter
 import pyarrow.parquet as pq
 
 import sej
+from sej.hub.copy import FILES_PER_JOURNAL
 
 
 def sink_files(out: str) -> list[str]:
@@ -144,11 +145,13 @@ def flat(samples: list[dict[str, float]], key: str, slack: float) -> str | None:
 
 def bounded(samples: list[dict[str, float]], workers: int) -> list[str]:
     """The daemon's bounds (docs/hub.md, "What the daemon holds"), for one client: threads at most 8 + 3 per
-    worker, whatever the journals; open files at most 64 + 3 per journal at the hub (its kept journals)."""
+    worker, whatever the journals; open files at most 64 + FILES_PER_JOURNAL (4) per journal at the hub (its kept
+    journals)."""
     out = []
     for s in samples:
         if s["threads"] > 8 + 3 * workers:
             out.append(f"{s['threads']} threads at {s['t']} s, more than 8 + 3 x {workers} workers")
-        if s["files"] > 64 + 3 * s["journals"]:
-            out.append(f"{s['files']} open files at {s['t']} s, more than 64 + 3 x {s['journals']} journals")
+        if s["files"] > 64 + FILES_PER_JOURNAL * s["journals"]:
+            out.append(f"{s['files']} open files at {s['t']} s, more than 64 + {FILES_PER_JOURNAL} x "
+                       f"{s['journals']} journals")  # fmt: skip
     return out[:20]

@@ -415,8 +415,8 @@ class Rehearsal:
         self.tally.problems += self.health()
         self.tally.problems += [f"log: {p}" for p in check.unrecovered(self.hub_logs)]
         self.tally.problems += self.tally.spark_failed
-        for sample in self.tally.samples:  # open files net of the kept journals' 3 each (new ones may still appear)
-            sample["files_net"] = sample["files"] - 3 * sample["journals"]
+        for sample in self.tally.samples:  # open files net of the kept journals' (new ones may still appear)
+            sample["files_net"] = sample["files"] - check.FILES_PER_JOURNAL * sample["journals"]
         for key, slack in (("rss_kib", 0.25), ("files_net", 0.1), ("watches", 0.1)):
             grew = check.flat(self.tally.samples, key, slack)
             if grew:
