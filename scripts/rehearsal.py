@@ -30,12 +30,13 @@ def main() -> int:
     p.add_argument("--prefixes", type=int, default=Plan.prefixes, help="per producer")
     p.add_argument("--shard-bit", type=int, default=Plan.shard_bit, help="2**shard_bit journals per prefix")
     p.add_argument("--rate", type=float, default=Plan.rate, help="messages per second per busy prefix")
+    p.add_argument("--transport", choices=("sftp", "serve"), default=Plan.transport, help="the hub's (default sftp)")
     p.add_argument("--spark-every", type=float, default=Plan.spark_every)
     p.add_argument("--archive-every", type=float, default=Plan.archive_every)
     a = p.parse_args()
     workdir = a.dir or tempfile.mkdtemp(prefix="sej-rehearsal-")
     plan = Plan(seed=a.seed, duration=a.minutes * 60, producers=a.producers, prefixes=a.prefixes, rate=a.rate,
-                shard_bit=a.shard_bit,
+                shard_bit=a.shard_bit, transport=a.transport,
                 spark_every=a.spark_every, archive_every=a.archive_every)  # fmt: skip
     result = Rehearsal(workdir, plan).run()
     md = report.write(result, workdir)

@@ -762,7 +762,9 @@ def test_example_crontab_and_systemd_unit() -> None:
 
 
 def ssh_client(sshd: Sshd, client_id: str, remote_root: Path, **over: Any) -> dict[str, Any]:
+    """A client over SFTP, whatever the producer has on its PATH (tests/test_hub_serve.py covers `sej serve`)."""
     return {
+        "transport": "sftp",
         "client_id": client_id,
         "host": "127.0.0.1",
         "port": sshd.port,

@@ -46,6 +46,7 @@ class Plan:
     rate: float = 30.0  # messages per second per busy prefix
     segment_size: int = 16384
     poll_interval: float = 0.2
+    transport: str = "sftp"  # hub.toml's: "sftp", or "serve" (this interpreter's `sej serve` on the producer)
     producer_retention_every: float = 10.0
     producer_max_messages: int = 200
     hub_retention_every: float = 30.0
@@ -150,7 +151,8 @@ class Rehearsal:
                 f'metrics_listen = "127.0.0.1:{self.metrics_port}"\n'
                 f'health_max_age = 30.0\nlog_format = "json"\n\n[[client]]\nclient_id = "{CLIENT}"\nhost = "{s.host}"\n'
                 f'port = {s.port}\nuser = "{s.user}"\nidentity_file = "{s.identity}"\nknown_hosts = "{s.known_hosts}"\n'
-                f'remote_root = "{self.producer_root}"\n')  # fmt: skip
+                f'remote_root = "{self.producer_root}"\ntransport = "{self.plan.transport}"\n'
+                f'serve_command = "{sys.executable} -m sej.apps.cli"\n')  # fmt: skip
         (self.dir / "hub.toml").write_text(conf)
 
     def start_producer(self, i: int) -> None:
