@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from .offset import Offset
     from .scanner import Scanner
     from .shard import Consumer, ShardedWriter, ShardOffset, find_journals, list_shards
+    from .shard.table import read_batches, read_table
     from .writer import Writer
 
 __version__ = "0.1.0"
@@ -50,6 +51,7 @@ _WHERE = {
     "Offset": "offset",
     "Scanner": "scanner",
     **dict.fromkeys(["Consumer", "ShardedWriter", "ShardOffset", "find_journals", "list_shards"], "shard"),
+    **dict.fromkeys(["read_batches", "read_table"], "shard.table"),
     "Writer": "writer",
 }  # fmt: skip
 """Each public name and the module (under sej) it comes from."""
@@ -112,4 +114,6 @@ __all__ = [
     "list_shards",
     "next_offset",
     "offset_at_time",
+    "read_batches",
+    "read_table",
 ]

@@ -435,9 +435,9 @@ def _uniform(b: bytes, total: int, k: int, ks: int, vs: int, offset: int) -> int
                (total - SIZE_FIELD, total.to_bytes(4, "big"))]  # fmt: skip
     for pos, field in columns:
         for i, byte in enumerate(field):
-            k = _agree(b[pos + i :: total], bytes((byte,)) * k, k)
+            k = common_prefix(b[pos + i :: total], bytes((byte,)) * k, k)
     low = offset & 255
-    k = _agree(b[7::total], _LOW[low : low + k], k)
+    k = common_prefix(b[7::total], _LOW[low : low + k], k)
     # The 7 high bytes of the offsets change only every 256 frames: one piece of equal bytes per 256.
     lengths = [min(k, 256 - low)]
     left = k - lengths[0]
@@ -445,12 +445,13 @@ def _uniform(b: bytes, total: int, k: int, ks: int, vs: int, offset: int) -> int
     high = offset >> 8
     for c in range(7):
         shift = 8 * (6 - c)
-        k = _agree(b[c::total], b"".join(bytes((((high + i) >> shift) & 255,)) * n for i, n in enumerate(lengths)), k)
+        k = common_prefix(b[c::total], b"".join(bytes((((high + i) >> shift) & 255,)) * n for i, n in enumerate(lengths)), k)
     return k
 
 
-def _agree(column: bytes, want: bytes, k: int) -> int:
-    """How many of the first `k` bytes of `column` equal `want`'s (binary search, each step one C compare)."""
+def common_prefix(column: bytes, want: bytes, k: int) -> int:
+    """How many of the first `k` bytes of `column` equal `want`'s (binary search, each step one C compare):
+    where a run of frames checked at its stride ends (walk_frames here, the columnar decoder in sej.columns)."""
     if column[:k] == want[:k]:
         return k
     lo, hi = 0, k  # column[:lo] agrees; column[:hi + 1] does not
@@ -481,6 +482,7 @@ __all__ = [
     "Problem",
     "ShardMessage",
     "check_frame",
+    "common_prefix",
     "decode_batch",
     "frame_at",
     "frame_total",

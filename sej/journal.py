@@ -87,11 +87,11 @@ def bytes_from(dir: str | os.PathLike[str], offset: int) -> int:
             size = os.fstat(fd).st_size
             total += size
             if k == i:
-                total -= _position(path, segments[i], fd, size, offset, i == len(segments) - 1)
+                total -= offset_position(path, segments[i], fd, size, offset, i == len(segments) - 1)
     return total
 
 
-def _position(dir: str, seg: Segment, fd: int, size: int, offset: int, is_last: bool) -> int:
+def offset_position(dir: str, seg: Segment, fd: int, size: int, offset: int, is_last: bool) -> int:
     """Where message `offset`'s frame starts in the segment (its end of valid frames when `offset` is next)."""
     e = seek_entry(index_path(dir, seg.first_offset), seg, fd, size, is_last, lambda ix: ix.floor_offset(offset))
     pos, at = e.position, e.offset
@@ -258,4 +258,4 @@ def _offset_at_time_in(dir: str, seg: Segment, ts: int, is_last: bool) -> int | 
     return None
 
 
-__all__ = ["check_journal", "first_offset", "next_offset", "last_messages", "offset_at_time"]
+__all__ = ["check_journal", "first_offset", "next_offset", "last_messages", "offset_at_time", "offset_position"]

@@ -18,7 +18,7 @@ import sej  # noqa: E402
 from sej.checksum import RECORD  # noqa: E402
 from sej.errors import ChecksumError, CorruptionError  # noqa: E402
 from sej.layout import list_segments, sum_path  # noqa: E402
-from sej.spark import read  # noqa: E402
+from sej import columns as read  # noqa: E402  (the chunked reader behind read_part)
 from sej.spark.options import VERIFY_CHECKSUMS  # noqa: E402
 from sej.spark.plan import JournalSource, SegmentPart, plan_range  # noqa: E402
 from sej.spark.read import read_part  # noqa: E402

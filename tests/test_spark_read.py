@@ -14,10 +14,11 @@ pytest.importorskip("pyspark")
 import sej  # noqa: E402
 from sej.errors import CorruptionError, CorruptionWarning, DataLossError  # noqa: E402
 from sej.message import NO_TIMESTAMP, check_frame, decode_batch  # noqa: E402
-from sej.spark import read  # noqa: E402
+from sej import columns as read  # noqa: E402  (the decoder and chunked reader behind read_part)
 from sej.spark.plan import JournalSource as Source  # noqa: E402
 from sej.spark.plan import SegmentPart, plan_range  # noqa: E402
-from sej.spark.read import decode_columns, micros, read_part  # noqa: E402
+from sej.columns import decode_columns, micros  # noqa: E402
+from sej.spark.read import read_part  # noqa: E402
 from sej.spark.schema import ARROW_SCHEMA  # noqa: E402
 
 Row = tuple[int, "int | None", int, bytes, bytes]  # offset, timestamp (us), type, key, value
@@ -76,10 +77,9 @@ def part_rows(parts: list[SegmentPart]) -> list[Row]:
 def assert_same_decode(data: bytes, pos: int, end: int, expect: int) -> None:
     msgs, used, problem = decode_batch(data, pos, end, expect)
     want = [(m.offset, NO_TIMESTAMP if m.timestamp is None else m.timestamp, m.type, m.key, m.value) for m in msgs]
-    for probe in (read.FIRST_PROBE, read.MAX_PROBE):  # a stride check at once, as after a long run
-        cols, got_used, got_problem, _ = decode_columns(data, pos, end, expect, probe)
-        assert column_rows(cols) == want
-        assert (got_used, got_problem) == (used, problem)
+    cols, got_used, got_problem = decode_columns(data, pos, end, expect)
+    assert column_rows(cols) == want
+    assert (got_used, got_problem) == (used, problem)
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -98,22 +98,22 @@ def test_decode_columns_equals_decode_batch_on_whole_cut_and_corrupted_buffers(s
 
 
 def test_decode_columns_of_a_long_uniform_run_with_one_bad_frame_in_each_field(monkeypatch) -> None:
-    runs: list[tuple[int, int]] = []  # (frames checked, frames valid) of each stride check
+    runs: list[tuple[int, int]] = []  # (frames in the buffer from the run's start, frames valid) of each stride check
 
-    def spy(*args):  # type: ignore[no-untyped-def]
-        k, cols = real_run(*args)
-        runs.append((args[3], k))
-        return k, cols
+    def spy(data, pos, end, expect):  # type: ignore[no-untyped-def]
+        got = real_run(data, pos, end, expect)
+        if got is not None:
+            runs.append(((end - pos) // got[1], got[0]))
+        return got
 
-    real_run = read._run
-    monkeypatch.setattr(read, "_run", spy)
+    real_run = read._stride_run
+    monkeypatch.setattr(read, "_stride_run", spy)
     rng = random.Random(1)
     msgs = [(1_700_000_000_000_000_000 + i, i % 7, b"key-0001", rng.randbytes(100)) for i in range(5000)]
     data = frames(msgs)
     assert_same_decode(data, 0, len(data), 0)
-    # From FIRST_PROBE, all frames but the first in a few stride checks; from MAX_PROBE (as in the buffer
-    # after a long run), all of them in one.
-    assert sum(k for _, k in runs[:-1]) == 4999 and len(runs) <= 6 and runs[-1] == (5000, 5000)
+    # All of them in one stride check.
+    assert runs == [(5000, 5000)]
     runs.clear()
     frame = 134
     for at in (0, 1, 15, 16, 63, 64, 65, 577, 4999):

@@ -10,7 +10,7 @@ from typing import Any
 
 import sej
 
-from .common import Config, fresh, log, perf_counter
+from .common import SHAPE_NAMES, SHAPES, Config, fresh, log, perf_counter, shape_messages
 from .results import Result, Row, fmt_list, ratio, verdict
 from .spark import spark_missing, spark_query
 
@@ -21,9 +21,10 @@ PLAN_JOURNALS = 5000  # x 2 segments: the planning benchmark's 10,000 segments
 PLOT = "spark_scale.png"  # written into docs/, next to benchmarks.md
 
 
-def write_hub_root(root: Path, journals: int, pq: Path | None) -> int:
-    """`journals` hub journals (`c<k>.ev.a.<k>`) of SCALE_ROWS random 100-byte values in 2 segments each;
-    the same rows as Parquet, one file per journal, into `pq`. Returns the number of segments."""
+def write_hub_root(root: Path, journals: int, pq: Path | None, shape: str = "uniform") -> int:
+    """`journals` hub journals (`c<k>.ev.a.<k>`) of SCALE_ROWS random 100-byte values (other shapes: the keys
+    and value sizes of `shape_messages`, random bytes or JSON events) in 2 segments each (more for bigger
+    values); the same rows as Parquet, one file per journal, into `pq`. Returns the number of segments."""
     import pyarrow as pa
     import pyarrow.parquet as papq
 
@@ -32,12 +33,19 @@ def write_hub_root(root: Path, journals: int, pq: Path | None) -> int:
     from sej.spark.schema import ARROW_SCHEMA
 
     segments = 0
+    pool = shape_messages(shape, 4096) if shape != "uniform" else ([], [])
     for k in range(journals):
         path = root / f"c{k:04d}.ev.a.{k % 1024:03x}"
         blob = os.urandom(100 * SCALE_ROWS)
         with sej.Writer(path, segment_size=SCALE_SEGMENT) as w:
-            for i in range(SCALE_ROWS):
-                w.append(blob[i * 100 : (i + 1) * 100], key=b"key-%04d" % (i % 4096), type=i & 3)
+            if shape == "uniform":
+                for i in range(SCALE_ROWS):
+                    w.append(blob[i * 100 : (i + 1) * 100], key=b"key-%04d" % (i % 4096), type=i & 3)
+            else:
+                at = k * 97  # each journal from its own place in the pool
+                for i in range(SCALE_ROWS):
+                    j = (at + i) % 4096
+                    w.append(pool[1][j], key=pool[0][j], type=i & 3)
         segments += len(sej.list_segments(path))
         if pq is not None:
             batches = [b for p in SejBatchReader({"path": str(path)}).partitions() for b in read_partition(p)]
@@ -95,6 +103,13 @@ def bench_spark_scale(cfg: Config, scratch: Path) -> list[Result]:
         root, pq = fresh(scratch / f"scale-sej-{n}"), fresh(scratch / f"scale-pq-{n}")
         pq.mkdir(parents=True)
         roots[n] = (root, pq, write_hub_root(root, n, pq))
+    big = max(series)
+    shaped: dict[str, tuple[Path, Path]] = {}
+    for shape in SHAPES[1:]:  # the other shapes at the largest size
+        root, pq = fresh(scratch / f"scale-sej-{shape}"), fresh(scratch / f"scale-pq-{shape}")
+        pq.mkdir(parents=True)
+        write_hub_root(root, big, pq, shape)
+        shaped[shape] = (root, pq)
     fixed = first_query_fixed_cost(scratch)
     plan_root = fresh(scratch / "scale-plan")
     plan_segments = write_hub_root(plan_root, PLAN_JOURNALS // (10 if cfg.quick else 1), None)
@@ -132,6 +147,11 @@ def bench_spark_scale(cfg: Config, scratch: Path) -> list[Result]:
                     spark.read.format("sej").option("openCostInBytes", str(4 << 20)).load(str(root))
                 ),
             }
+            for shape, (sroot, spq) in shaped.items() if n == big else ():
+                sources[f"parquet, {shape}"] = lambda spq=spq: spark.read.parquet(str(spq))
+                sources[f"sej, {shape}"] = lambda sroot=sroot: spark.read.format("sej").load(str(sroot))
+            wants = {name: spark_query(make()) for name, make in sources.items() if "," in name and
+                     not name.startswith("sej, ")}  # fmt: skip
             want = spark_query(sources["sej"]())  # warm-up, and the answer every run must give
             assert want[0] == n * SCALE_ROWS, want
             for name, make in sources.items():
@@ -147,16 +167,16 @@ def bench_spark_scale(cfg: Config, scratch: Path) -> list[Result]:
                         t0 = perf_counter()
                         got = make().count() if query == "count" else spark_query(make())
                         times.setdefault((n, name, query), []).append(perf_counter() - t0)
-                        assert (got == n * SCALE_ROWS) if query == "count" else (got == want), (name, got)
+                        answer = wants.get(f"parquet, {name.partition(', ')[2]}", want)
+                        assert (got == n * SCALE_ROWS) if query == "count" else (got == answer), (name, got)
             log(f"  {n} journals done")
     finally:
         spark.stop()
     sej_mb = sum(f.stat().st_size for f in roots[max(series)][0].rglob("*.jnl")) / 1e6
     pq_mb = sum(f.stat().st_size for f in roots[max(series)][1].glob("*.parquet")) / 1e6
-    for d in [plan_root, *(p for r in roots.values() for p in r[:2])]:
+    for d in [plan_root, *(p for r in roots.values() for p in r[:2]), *(p for r in shaped.values() for p in r)]:
         fresh(d)
 
-    big = max(series)
     best = {k: min(v) for k, v in times.items()}
     r_read = best[(big, "parquet", "read")] / best[(big, "sej", "read")]
     r_count = best[(big, "parquet", "count")] / best[(big, "sej", "count")]
@@ -182,6 +202,13 @@ def bench_spark_scale(cfg: Config, scratch: Path) -> list[Result]:
                         f"(one task per segment, {tasks[(big, 'sej, one task per segment')]:,} tasks)",
                         f"{t1:.2f} s", f"{best[(big, 'parquet', query)]:.2f} s",
                         ratio(best[(big, "parquet", query)] / t1)))  # fmt: skip
+    shape_rows = []
+    for shape in shaped:
+        ours, theirs = best[(big, f"sej, {shape}", "read")], best[(big, f"parquet, {shape}", "read")]
+        shape_rows.append(Row(f"{big:,} journals, full read, {shape}: sej vs Parquet", f"{ours:.2f} s",
+                              f"{theirs:.2f} s", ratio(theirs / ours), "≤ 2x Parquet's time (≥ 0.5x)",
+                              verdict(theirs / ours >= 0.5)))  # fmt: skip
+    rows += shape_rows
     plan_ok = plan_first < 2 and plan_warm < 2
     rows.append(Row(f"planning {plan_segments:,} segments under one root, first query of a session / warm",
                     f"{plan_first:.2f} s / {plan_warm:.2f} s", "—", "—", "< 2 s both", verdict(plan_ok)))  # fmt: skip
@@ -203,7 +230,9 @@ def bench_spark_scale(cfg: Config, scratch: Path) -> list[Result]:
                 f"{SCALE_ROWS} messages (random 100-byte values, 8-byte keys, types 0-3) in 2 segments of about "
                 f"{SCALE_SEGMENT // 1000} KB: {sej_mb:.0f} MB at {big:,} journals. The same rows in Parquet, one "
                 f"file per journal written by pyarrow ({pq_mb:.0f} MB at {big:,}), as a job that converted each "
-                "journal would leave them.",
+                "journal would leave them. At the largest size also the other shapes, the same way: "
+                + "; ".join(SHAPE_NAMES[s] for s in shaped)
+                + ".",
                 "One SparkSession (`local[2]`, UI off). Each run is a new DataFrame and one query: `count()`, or "
                 "the aggregate over every column of benchmark 12 (sums of key and value lengths, so every byte "
                 "is read). Tasks: `df.rdd.getNumPartitions()`. sej packs small segments of any journals into a "
@@ -231,6 +260,7 @@ def bench_spark_scale(cfg: Config, scratch: Path) -> list[Result]:
                 plot_note,
             ],
             summary,
+            [(s, r) for s, r in zip(shaped, shape_rows)],
         )
     ]
 

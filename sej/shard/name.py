@@ -88,3 +88,14 @@ def is_shard_name(name: str) -> bool:
     except InvalidArgumentError:
         return False
     return True
+
+
+def split_name(name: str) -> tuple[str | None, str]:
+    """(client, shard) of a journal found under a root: `<client>.<shard>` in a hub root; (None, name) for a
+    shard of a sharded root or another journal; (None, "") for a lone journal (name "")."""
+    if not name:
+        return None, ""
+    if is_shard_name(name):
+        return None, name
+    client, _, shard = name.partition(".")
+    return (client, shard) if shard else (None, name)

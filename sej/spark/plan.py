@@ -14,7 +14,7 @@ from ..errors import InvalidArgumentError, UnsafeFileError
 from ..fsutil import kind, open_file
 from ..layout import Segment, index_path, list_segments, sum_path
 from ..segment import seek_index
-from ..shard.name import is_shard_name
+from ..shard.name import split_name
 from ..shard.root import find_journals
 from .options import MAX_BYTES_PER_PARTITION, OPEN_COST_IN_BYTES
 
@@ -33,16 +33,6 @@ class JournalSource(NamedTuple):
     client: str | None
     shard: str
     root: str | None = None
-
-
-def split_name(name: str) -> tuple[str | None, str]:
-    """(client, shard) of a journal found under a root: `<client>.<shard>` in a hub root."""
-    if not name:
-        return None, ""
-    if is_shard_name(name):
-        return None, name
-    client, _, shard = name.partition(".")
-    return (client, shard) if shard else (None, name)
 
 
 def expand_paths(paths: Sequence[str]) -> list[str]:

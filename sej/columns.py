@@ -1,0 +1,456 @@
+"""Journals as Arrow columns: the frame layout decoded a chunk at a time into arrays (pyarrow, the `spark` extra).
+
+The one Python loop per frame (`decode_columns`) only follows the chain of frame sizes (the key size
+byte and the value size field of each frame); every field is then cut out of the chunk for all its
+frames at once (Arrow `take` over the ranges), and every check `frames.frame_at` makes is made on the
+whole columns: offsets that follow on, key sizes that are not negative, a trailing size equal to the
+frame's length (a negative value size reads as a size past the chunk, which ends the chain). The first
+frame that fails ends the batch there; `frames.check_frame` names the problem, as the message decoder's.
+
+`read_columns` reads one segment's byte range in chunks (checked against the segment's checksums first,
+as the Scanner's verify), grows a chunk for a frame bigger than one and turns a problem into a
+CorruptionError; the Spark source's partitions and `sej.read_table` read through it.
+
+pyarrow is imported with this module, which nothing else in the core imports: `import sej` and every
+other reader stay without it.
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import functools
+import os
+import struct
+from collections.abc import Iterator
+from typing import NamedTuple
+
+from .errors import CorruptionError, InvalidArgumentError, OffsetOutOfRangeError, SejError
+from .frames import (
+    HEADER_SIZE,
+    MAX_OFFSET,
+    OVERHEAD,
+    SIZE_FIELD,
+    Problem,
+    check_frame,
+    common_prefix,
+    frame_at,
+    frame_total,
+)
+
+
+class MissingExtraError(SejError, ImportError):
+    """A feature needs a package of one of sej's extras that is not installed; the message names both."""
+
+
+try:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+except ImportError as e:  # pragma: no cover - the spark extra is installed in CI
+    raise MissingExtraError(
+        f"{e.name or 'pyarrow'} is missing: reading journals as Arrow tables needs pyarrow, which comes with "
+        "sej's 'spark' extra (pip install 'sej-journal[spark]', or '.[spark]' in a checkout)"
+    ) from None
+
+from .checksum import ReadCheck  # noqa: E402
+from .fsutil import open_file  # noqa: E402
+from .journal import check_journal, next_offset, offset_position  # noqa: E402
+from .layout import journal_path, list_segments, sum_path  # noqa: E402
+
+READ_CHUNK = 8 << 20
+"""Bytes read by one pread; each chunk's frames become one batch of columns."""
+
+MAX_READ = 0x7FFFF000
+"""The most Linux returns from one read (the positions of a chunk fit in int32)."""
+
+# The columns, once: the Spark source's schema takes its Arrow types from here.
+COLUMN_TYPES: tuple[tuple[str, pa.DataType, bool], ...] = (
+    ("client", pa.string(), True),
+    ("shard", pa.string(), False),
+    ("offset", pa.int64(), False),
+    ("timestamp", pa.timestamp("us", tz="UTC"), True),
+    ("type", pa.int32(), False),
+    ("key", pa.binary(), False),
+    ("value", pa.binary(), False),
+)
+"""(name, Arrow type, nullable) of each column: client (null outside a hub root), shard ("" for a lone
+journal), offset, timestamp (microseconds, UTC; null for "no timestamp"), type, key, value."""
+
+ROOT_TYPE: tuple[str, pa.DataType, bool] = ("root", pa.string(), False)
+"""The extra last column of a read that names the root each journal was found under."""
+
+ARROW_SCHEMA = pa.schema([pa.field(n, t, nullable) for n, t, nullable in COLUMN_TYPES])
+"""The schema of the record batches and tables read from journals."""
+
+ARROW_SCHEMA_WITH_ROOT = ARROW_SCHEMA.append(pa.field(*ROOT_TYPE))
+
+_I64 = pa.int64()
+_I32 = pa.int32()
+_U32 = struct.Struct(">I").unpack_from
+_KEY_SIZE_AT = HEADER_SIZE - 1
+_NO_TIMESTAMP = -(2**63)
+
+
+class Columns(NamedTuple):
+    """Decoded frames as Arrow arrays; `timestamp` is the frame's int64 ns (NO_TIMESTAMP kept)."""
+
+    offset: pa.Array
+    timestamp: pa.Array
+    type: pa.Array
+    key: pa.Array
+    value: pa.Array
+
+
+def decode_columns(
+    data: bytes | bytearray, pos: int, end: int, expect: int
+) -> tuple[Columns | None, int, Problem | None]:
+    """Decode the whole frames of data[pos:end], carrying offsets `expect`, `expect + 1`, ..., into columns.
+
+    Returns the columns (None when no frame decoded), the position after the last frame and the
+    Problem that stopped decoding (None when it stopped at `end`), as frames.decode_batch does.
+    """
+    if end > MAX_READ:
+        raise ValueError(f"a chunk of {end} bytes is more than one read ({MAX_READ})")
+    pieces: list[Columns] = []
+    run = _stride_run(data, pos, end, expect)
+    if run is not None:  # frames of the same sizes at the chunk's start: checked and cut at their stride
+        k, total, cols = run
+        pieces.append(cols)
+        pos += k * total
+        expect += k
+    chain = [pos]  # the frames' starts, then where the last one ends
+    append = chain.append
+    u32 = _U32
+    p = pos
+    view = data if len(data) == end else memoryview(data)[:end]
+    try:  # an unsigned value size always moves on by at least OVERHEAD bytes; reads past `end` raise
+        while True:
+            ks = view[p + _KEY_SIZE_AT]
+            p += OVERHEAD + ks + u32(view, p + HEADER_SIZE + ks)[0]
+            append(p)
+    except (IndexError, struct.error):
+        pass  # a header cut by the buffer's end
+    finally:
+        if view is not data:
+            view.release()
+    while chain[-1] > end:  # the last frame goes past the end
+        chain.pop()
+    starts = array.array("i", chain)
+    n = len(starts) - 1
+    if n:
+        cols, n = _columns(data, starts, n, expect)
+        if cols is not None:
+            pieces.append(cols)
+    stop = starts[n]
+    joined = _joined(pieces)
+    if stop == end:
+        return joined, stop, None
+    problem = check_frame(data, stop, end, expect + n)
+    assert not isinstance(problem, int), "decode_columns stopped at a valid frame"
+    return joined, stop, problem
+
+
+def _columns(data: bytes | bytearray, starts: array.array[int], n: int, expect: int) -> tuple[Columns | None, int]:
+    """The columns of the first frames of the chain `starts` (n frames) that are valid, and how many those are."""
+    buf = pa.py_buffer(data)
+    chain = pa.Array.from_buffers(_I32, n + 1, [None, pa.py_buffer(starts)])
+    first, after = chain.slice(0, n), chain.slice(1, n)
+    heads = _fixed(_gather(buf, first, pc.add(first, HEADER_SIZE)), HEADER_SIZE, n)
+    key_sizes = _byte(heads, _KEY_SIZE_AT)
+    trailers = _be(_fixed(_gather(buf, pc.subtract(after, SIZE_FIELD), after), SIZE_FIELD, n), 0, 4)
+    good = pc.and_(pc.less_equal(key_sizes, 127), pc.equal(trailers, pc.subtract(after, first)))
+    k = n if pc.all(good).as_py() else pc.index(good, False).as_py()
+    # Offsets: the frames' 8 bytes against the big-endian offsets they must carry (one compare in C).
+    k = min(k, max(0, MAX_OFFSET + 1 - expect))  # no frame carries an offset past MAX_OFFSET
+    want = array.array("Q", range(expect, expect + k))
+    want.byteswap()
+    cut = pc.binary_slice(heads.slice(0, k), 0, 8)
+    found = cut.buffers()[1].slice(cut.offset * 8, k * 8).to_pybytes()
+    wanted = want.tobytes()
+    if found != wanted:
+        k = common_prefix(found, wanted, 8 * k) // 8
+    if k == 0:
+        return None, 0
+    offsets = pc.add(_arange(k), pa.scalar(expect, _I64))
+    if k < n:
+        heads, first, after, key_sizes = (a.slice(0, k) for a in (heads, first, after, key_sizes))
+    keys_at = pc.add(first, HEADER_SIZE)
+    keys_end = pc.add(keys_at, key_sizes)
+    return Columns(
+        offsets,
+        _be(heads, 8, 8),
+        _byte(heads, HEADER_SIZE - 2),
+        _gather(buf, keys_at, keys_end),
+        _gather(buf, pc.add(keys_end, SIZE_FIELD), pc.subtract(after, SIZE_FIELD)),
+    ), k
+
+
+def _joined(pieces: list[Columns]) -> Columns | None:
+    if len(pieces) < 2:
+        return pieces[0] if pieces else None
+    return Columns(*(pa.concat_arrays([c[i] for c in pieces]) for i in range(5)))
+
+
+MIN_RUN = 16
+"""A chunk's first frames are checked at their stride (`_stride_run`) when this many fit and look alike."""
+
+_VALUE_AT = HEADER_SIZE + SIZE_FIELD  # the value, after a key of size 0
+_I64_MAX = 2**63 - 1
+
+
+def _stride_run(data: bytes | bytearray, pos: int, end: int, expect: int) -> tuple[int, int, Columns] | None:
+    """The frames from `pos` with the sizes of the first, when MIN_RUN of them look alike: (how many are valid,
+    their size, their columns); None otherwise. A run sits at a fixed stride, so its fields are cut out and
+    checked for all its frames at once (Arrow kernels and byte-string comparisons)."""
+    f = frame_at(data, pos, end, expect)
+    if f is None:
+        return None
+    ks, vs = f[3], f[4]
+    total = OVERHEAD + ks + vs
+    m = (end - pos) // total
+    if m < MIN_RUN or expect + m > _I64_MAX or not _looks_like_run(data, pos, total, ks):
+        return None
+    stop = pos + m * total
+    frames = pa.Array.from_buffers(pa.binary(total), m, [None, pa.py_buffer(data).slice(pos, m * total)])
+    k = m
+    one = bytes((ks,))
+    key_sizes = data[pos + _KEY_SIZE_AT : stop : total]
+    if key_sizes != one * m:
+        k = min(k, m - len(key_sizes.lstrip(one)))
+    for start, want in ((HEADER_SIZE + ks, vs), (total - SIZE_FIELD, total)):
+        cut = pc.binary_slice(frames, start, start + SIZE_FIELD)
+        field = cut.buffers()[1].slice(cut.offset * SIZE_FIELD, m * SIZE_FIELD).to_pybytes()
+        pattern = struct.pack(">i", want) * m
+        if field != pattern:
+            k = min(k, common_prefix(field, pattern, m * SIZE_FIELD) // SIZE_FIELD)
+    offsets = _be(frames, 0, 8)
+    expected = pc.add(_arange(m), pa.scalar(expect, _I64))
+    if not offsets.equals(expected):
+        k = min(k, pc.index(pc.equal(offsets, expected), False).as_py())
+    assert k >= 1, "the first frame of a run was checked already"
+    if k < m:
+        frames, offsets = frames.slice(0, k), offsets.slice(0, k)
+    return (
+        k,
+        total,
+        Columns(
+            offsets,
+            _be(frames, 8, 8),
+            _byte(frames, HEADER_SIZE - 2),
+            pc.binary_slice(frames, HEADER_SIZE, HEADER_SIZE + ks).cast(pa.binary()),
+            pc.binary_slice(frames, _VALUE_AT + ks, _VALUE_AT + ks + vs).cast(pa.binary()),
+        ),
+    )
+
+
+def _looks_like_run(data: bytes | bytearray, pos: int, total: int, ks: int) -> bool:
+    """Whether the MIN_RUN frames at stride `total` from `pos` agree on the key size and on the low bytes of
+    the value size and size fields: a cheap filter before _stride_run checks the whole stretch."""
+    stop = pos + MIN_RUN * total
+    vs_low, size_low = pos + _VALUE_AT - 1 + ks, pos + total - 1
+    return (
+        data[pos + _KEY_SIZE_AT : stop : total] == bytes((ks,)) * MIN_RUN
+        and data[vs_low:stop:total] == data[vs_low : vs_low + 1] * MIN_RUN
+        and data[size_low:stop:total] == data[size_low : size_low + 1] * MIN_RUN
+    )
+
+
+def _gather(buf: pa.Buffer, lo: pa.Array, hi: pa.Array) -> pa.Array:
+    """The binary array of buf[lo[i]:hi[i]], for ranges in order that do not overlap (lo[i] <= hi[i] <= lo[i+1])."""
+    n = len(lo)
+    bounds = pc.take(pa.concat_arrays([lo.cast(_I32), hi.cast(_I32)]), _interleaved(n))
+    ranges = pa.Array.from_buffers(pa.binary(), 2 * n - 1, [None, bounds.buffers()[1], buf])
+    return pc.take(ranges, _evens(n))
+
+
+def _fixed(a: pa.Array, width: int, n: int) -> pa.Array:
+    """A binary array of n values of `width` bytes each (what _gather cut), as fixed-size binary."""
+    return pa.Array.from_buffers(pa.binary(width), n, [None, a.buffers()[2].slice(0, n * width)])
+
+
+def _be(fixed: pa.Array, start: int, width: int) -> pa.Array:
+    """The big-endian signed integers of `width` (4 or 8) bytes at `start` of every value, as int32 or int64."""
+    cut = pc.binary_slice(fixed, start, start + width)
+    raw = cut.buffers()[1].slice(cut.offset * width, len(cut) * width)
+    a = array.array("q" if width == 8 else "i", raw.to_pybytes())
+    a.byteswap()
+    return pa.Array.from_buffers(_I64 if width == 8 else _I32, len(a), [None, pa.py_buffer(a)])
+
+
+def _byte(fixed: pa.Array, at: int) -> pa.Array:
+    """The byte at `at` of every value, as int32."""
+    cut = pc.binary_slice(fixed, at, at + 1)
+    raw = cut.buffers()[1].slice(cut.offset, len(cut))
+    return pa.Array.from_buffers(pa.uint8(), len(cut), [None, raw]).cast(_I32)
+
+
+@functools.lru_cache(maxsize=8)
+def _ramp(n: int) -> pa.Array:
+    return pc.subtract(pc.cumulative_sum(pa.repeat(pa.scalar(1, _I64), n)), pa.scalar(1, _I64))
+
+
+_RAMP_SIZE = [1 << 16]
+
+
+def _arange(n: int) -> pa.Array:
+    """The int64 array 0, 1, ..., n - 1 (a slice of a cached one)."""
+    while _RAMP_SIZE[0] < n:
+        _RAMP_SIZE[0] *= 2
+    return _ramp(_RAMP_SIZE[0]).slice(0, n)
+
+
+@functools.lru_cache(maxsize=4)
+def _interleaved(n: int) -> pa.Array:
+    """0, n, 1, n + 1, ..., n - 1, 2n - 1: the lows and highs of n ranges in turn."""
+    i = _arange(2 * n)
+    return pc.add(pc.shift_right(i, 1), pc.multiply(pc.bit_wise_and(i, 1), n))
+
+
+@functools.lru_cache(maxsize=4)
+def _evens(n: int) -> pa.Array:
+    return pc.multiply(_arange(n), 2)
+
+
+def micros(ns: pa.Array) -> pa.Array:
+    """Frame timestamps (int64 ns) as UTC microseconds, rounded down; NO_TIMESTAMP becomes null."""
+    sentinel = pc.equal(ns, pa.scalar(_NO_TIMESTAMP, _I64))
+    us = pc.divide(ns, pa.scalar(1000, _I64))  # truncates toward zero
+    low = pc.min(ns).as_py()
+    if low is not None and low < 0:  # round down: subtract 1 where a negative value had a remainder
+        rest = pc.subtract(ns, pc.multiply(us, pa.scalar(1000, _I64)))
+        us = pc.subtract(us, pc.less(rest, pa.scalar(0, _I64)).cast(_I64))
+    if pc.any(sentinel).as_py():
+        us = pc.if_else(sentinel, pa.scalar(None, _I64), us)
+    return us.cast(ARROW_SCHEMA.field("timestamp").type)
+
+
+def read_columns(
+    fd: int, path: str, pos: int, end: int, expect: int, check: ReadCheck | None = None
+) -> Iterator[Columns]:
+    """The frames of file bytes [pos, end) of a segment, from offset `expect`, as columns (one per chunk read).
+
+    With `check`, each chunk is checked against the segment's checksums before it is decoded (bytes past
+    the last checksum record are read unchecked). A frame bigger than a chunk gets a bigger one. An
+    incomplete frame at `end` ends the read quietly (a message being written); any other problem raises
+    CorruptionError. The caller stops early by closing the iterator.
+    """
+    want = READ_CHUNK
+    data = bytearray(min(READ_CHUNK, max(0, end - pos)))  # reused: no column refers to it
+    while pos < end:
+        size = min(want, end - pos)
+        if len(data) < size:
+            data = bytearray(size)
+        got = _preadv_full(fd, memoryview(data)[:size], pos)
+        if not got:
+            return
+        if check is not None:
+            with memoryview(data)[:got] as view:
+                check.check(fd, end, pos, pos + got, view)
+        cols, used, problem = decode_columns(data, 0, got, expect)
+        if cols is not None:
+            yield cols
+            expect += len(cols.offset)
+        pos += used
+        want = READ_CHUNK
+        if problem is not None:
+            if not problem.incomplete:
+                raise CorruptionError(path, pos, problem.reason)
+            if used == 0:
+                if pos + got >= end:
+                    return  # an unfinished last message: not there yet
+                head = bytes(data[: min(got, 256)])  # the frame's header
+                want = max(READ_CHUNK, frame_total(head, 0, len(head)) or 2 * got)
+
+
+def record_batch(cols: Columns, client: str | None, shard: str, root: str | None = None) -> pa.RecordBatch:
+    """`cols` as a record batch of ARROW_SCHEMA (with `root`: ARROW_SCHEMA_WITH_ROOT), every row of the journal
+    `shard` of `client` (None outside a hub root)."""
+    n = len(cols.offset)
+    string = pa.string()
+    client_col = pa.nulls(n, string) if client is None else pa.repeat(pa.scalar(client, string), n)
+    arrays = [client_col, pa.repeat(pa.scalar(shard, string), n), cols.offset, micros(cols.timestamp), cols.type,
+              cols.key, cols.value]  # fmt: skip
+    if root is None:
+        return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+    return pa.RecordBatch.from_arrays([*arrays, pa.repeat(pa.scalar(root, string), n)], schema=ARROW_SCHEMA_WITH_ROOT)
+
+
+def journal_columns(
+    dir: str | os.PathLike[str], start: int | None = None, stop: int | None = None, verify: bool = True
+) -> Iterator[Columns]:
+    """The messages of the journal in `dir` with offsets in [start, stop) (None: from the first retained one,
+    to the end), as columns: a batch per chunk read, each segment read through `read_columns`.
+
+    With `verify`, every chunk is checked against its segment's checksums first (ChecksumError), as the
+    Scanner's verify and the Spark source do; segments without checksums (old or Go-written) are read
+    unchecked. A finished segment that ends before the next one starts is damage (CorruptionError); the
+    last one may end with a message being written, which is left out.
+    """
+    path = journal_path(dir)
+    check_journal(path)
+    segments = list_segments(path)
+    if not segments:
+        return
+    first, last = segments[0].first_offset, next_offset(path, segments)
+    for name, v in (("start", start), ("stop", stop)):
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
+            raise InvalidArgumentError(f"{name} must be an offset (an int >= 0) or None, got {v!r}")
+    lo = first if start is None else start
+    hi = MAX_OFFSET + 1 if stop is None else stop
+    if not first <= lo <= last:
+        raise OffsetOutOfRangeError(lo, first, last)
+    for i, seg in enumerate(segments):
+        is_last = i == len(segments) - 1
+        after = None if is_last else segments[i + 1].first_offset
+        if after is not None and after <= lo:
+            continue
+        if seg.first_offset >= hi:
+            return
+        with open_file(seg.path) as f:
+            fd = f.fileno()
+            size = os.fstat(fd).st_size
+            expect = max(lo, seg.first_offset)
+            pos = 0 if expect == seg.first_offset else offset_position(path, seg, fd, size, expect, is_last)
+            with contextlib.ExitStack() as stack:
+                check = stack.enter_context(ReadCheck(seg.path, sum_path(path, seg.first_offset), seg.first_offset)) \
+                    if verify else None  # fmt: skip
+                if check is not None and check.sums is None:
+                    check = None
+                chunks = stack.enter_context(contextlib.closing(read_columns(fd, seg.path, pos, size, expect, check)))
+                for cols in chunks:
+                    n = len(cols.offset)
+                    if expect + n >= hi:
+                        if hi > expect:
+                            yield Columns(*(a.slice(0, hi - expect) for a in cols))
+                        return
+                    yield cols
+                    expect += n
+            if after is not None and expect != after:
+                raise CorruptionError(seg.path, size, f"the segment's frames end at offset {expect}, "
+                                      f"but the next segment starts at offset {after}")  # fmt: skip
+
+
+def _preadv_full(fd: int, view: memoryview, pos: int) -> int:
+    """Fill `view` from the file at `pos` (one preadv returns at most MAX_READ bytes); bytes read."""
+    got = 0
+    while got < len(view):
+        n = os.preadv(fd, [view[got : got + MAX_READ]], pos + got)
+        if not n:
+            break
+        got += n
+    return got
+
+
+__all__ = [
+    "ARROW_SCHEMA",
+    "ARROW_SCHEMA_WITH_ROOT",
+    "COLUMN_TYPES",
+    "ROOT_TYPE",
+    "Columns",
+    "MissingExtraError",
+    "decode_columns",
+    "journal_columns",
+    "micros",
+    "read_columns",
+    "record_batch",
+]
