@@ -21,8 +21,8 @@ from typing import IO, Literal
 from .errors import ClosedError, CorruptionError, InvalidArgumentError
 from .frames import MAX_OFFSET
 from .fsutil import atomic_write, create_exclusive, fsync_dir, open_dir, open_regular
-from .journal import first_offset, next_offset
-from .layout import check_reader_name, journal_path, offset_dir, reader_lock_path, reader_offset_path
+from .journal import check_journal, first_offset, next_offset
+from .layout import check_reader_name, journal_path, offset_dir, reader_lock_path, reader_offset_path, segment_dir
 from .lock import lock_file, unlock_file
 
 U64 = struct.Struct(">Q")
@@ -208,8 +208,8 @@ class Offset:
         self.name = check_reader_name(name)
         if default not in ("first", "last"):
             raise InvalidArgumentError(f"default must be 'first' or 'last', got {default!r}")
-        if not os.path.isdir(self.dir):
-            raise InvalidArgumentError(f"journal directory {self.dir} does not exist")
+        if not os.path.isdir(segment_dir(self.dir)):
+            check_journal(self.dir)  # a missing directory, a root of journals: refused before ofs/ is made in it
         os.makedirs(offset_dir(self.dir), exist_ok=True)
         self.path = reader_offset_path(self.dir, name)
         self._lock_fh: IO[str] | None = lock_file(reader_lock_path(self.dir, name))
