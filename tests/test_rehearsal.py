@@ -31,3 +31,37 @@ def test_a_short_rehearsal_loses_nothing_sticks_nowhere_and_deletes_nothing_earl
     assert result["deleted_segments"]["producer"] > 0 and result["deleted_segments"]["hub"] > 0, md.read_text()
     assert result["archive_runs"] >= 1 and len(result["checkpoints"]) >= 1
     assert result["append_to_hub"]["n"] > 0 and result["append_to_parquet"]["n"] == result["acknowledged"]
+
+
+def test_an_ack_line_a_kill_tore_is_no_ack_and_does_not_spoil_the_next_incarnation_s(tmp_path) -> None:
+    """A SIGKILL can cut a producer's write of its ack lines short (the kernel checks for it between pages): the
+    restarted producer appends to the same log. Its first line must not be glued to the torn one (which named
+    a message that is no ack, or broke the harness's parsing)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from testing.rehearsal.observe import Acks
+    from testing.timing import scaled
+
+    from .conftest import REPO
+
+    acks = tmp_path / "acks"
+    acks.mkdir()
+    log = acks / "p0"
+    log.write_bytes(b"p0-0.1.000 7 p0.0.8 1700000000.123456\np0-0.1.001 3 p0.0.9 17000")  # torn in its time
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    p = subprocess.Popen([sys.executable, "-m", "testing.rehearsal.producer", str(tmp_path / "root"), "p0", "1", "1",
+                          str(time.time()), str(log), '{"rate": 200, "prefixes": 1}'], env=env)  # fmt: skip
+    try:
+        deadline = time.monotonic() + scaled(30)
+        while log.read_bytes().count(b"\n") < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(scaled(30)) == 0
+    a = Acks(str(acks))
+    new = a.read()
+    assert a.torn == 1 and "p0.0.9" not in a.acked and "p0.0.8" in a.acked
+    assert len(new) >= 3 and all(mid.startswith("p0.1.") for _, _, mid, _ in new[1:]), new[:3]

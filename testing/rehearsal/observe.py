@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 from array import array
 from collections import deque
@@ -10,6 +11,9 @@ from dataclasses import dataclass, field
 
 import sej
 from sej.errors import SejError
+
+ACK_LINE = re.compile(r"(\S+) (\d+) (\S+) (\d+\.\d{6})")
+"""A whole line of a producer's ack log (`producer.py`)."""
 
 
 class Acks:
@@ -20,6 +24,7 @@ class Acks:
         self._pos: dict[str, int] = {}
         self._rest: dict[str, bytes] = {}
         self.acked: dict[str, tuple[str, int, float]] = {}  # id -> (journal, offset, acked at)
+        self.torn = 0  # ack lines a kill cut short (no ack)
 
     def read(self) -> list[tuple[str, int, str, float]]:
         """The lines appended since the last call: (journal, offset, id, acked at)."""
@@ -33,10 +38,14 @@ class Acks:
             cut = data.rfind(b"\n") + 1
             if cut < len(data):
                 self._rest[name] = data[cut:]  # a line being written
-            for line in data[:cut].decode().splitlines():
-                journal, offset, mid, at = line.split()
-                new.append((journal, int(offset), mid, float(at)))
-                self.acked[mid] = (journal, int(offset), float(at))
+            for line in data[:cut].decode(errors="replace").splitlines():
+                m = ACK_LINE.fullmatch(line)
+                if m is None:  # a line a SIGKILL cut short, ended by the producer's next incarnation: no ack
+                    self.torn += 1
+                    continue
+                journal, offset, mid, at = m.group(1), int(m.group(2)), m.group(3), float(m.group(4))
+                new.append((journal, offset, mid, at))
+                self.acked[mid] = (journal, offset, at)
         return new
 
 

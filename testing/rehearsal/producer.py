@@ -4,7 +4,8 @@ Run as `python -m testing.rehearsal.producer ROOT NAME INCARNATION SEED START AC
 Producer NAME owns the prefixes NAME-0, NAME-1, ...; a new one opens every `grow_every` seconds from
 START (new journals appearing) up to `prefixes`; every third prefix is idle, appending one message a
 minute or so. A burst is appended, `sync()`ed, then logged to ACKS, one line per message:
-`<journal> <offset> <id> <acked, time.time()>`: only then is it acknowledged. A message's value starts
+`<journal> <offset> <id> <acked, time.time()>`: only then is it acknowledged (a line a kill cut short is
+ended by the next incarnation, and acknowledges nothing). A message's value starts
 with its id, `NAME.INCARNATION.SEQ|`, unique across restarts (the incarnation is the harness's count).
 """
 
@@ -42,7 +43,12 @@ def main(argv: list[str]) -> None:
     rng = random.Random(f"{seed}/{name}/{incarnation}")
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
-    fd = os.open(acks, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(acks, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    end = os.fstat(fd).st_size
+    if end and os.pread(fd, 1, end - 1) != b"\n":
+        # A SIGKILL can cut a write short (the kernel checks for it between pages): the last incarnation's last
+        # line is torn. It ends here, so that this incarnation's first line is a line of its own.
+        os.write(fd, b"\n")
     writers: dict[str, sej.ShardedWriter] = {}
     idle_next: dict[str, float] = {}
     seq = 0
