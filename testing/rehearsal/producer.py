@@ -27,7 +27,7 @@ SIZE_SIGMA = 1.0
 
 
 # Printable payloads (JSON-like text), sliced from one random block: cheap, and the id stays readable.
-_TEXT = bytes(random.Random(0).choices(b"abcdefghijklmnopqrstuvwxyz0123456789 {}:,\"", k=1 << 16))
+_TEXT = bytes(random.Random(0).choices(b'abcdefghijklmnopqrstuvwxyz0123456789 {}:,"', k=1 << 16))
 
 
 def value_size(rng: random.Random) -> int:

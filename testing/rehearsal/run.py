@@ -264,8 +264,18 @@ class Rehearsal:
             pass  # no journal yet: sej-retention refuses a root without one (a typo would look like it)
         elif t >= self.due.get("producer-retention", 0):
             self.due["producer-retention"] = t + plan.producer_retention_every
-            self.run_job("producer-retention", self.py("-m", "sej.apps.retention", self.producer_root, "--max-messages",
-                                                       str(plan.producer_max_messages), "--require-reader", "hub"))
+            self.run_job(
+                "producer-retention",
+                self.py(
+                    "-m",
+                    "sej.apps.retention",
+                    self.producer_root,
+                    "--max-messages",
+                    str(plan.producer_max_messages),
+                    "--require-reader",
+                    "hub",
+                ),
+            )
         if hub_journals(self.hub_root) and t >= self.due.get("hub-retention", plan.hub_retention_every):
             self.due["hub-retention"] = t + plan.hub_retention_every
             self.run_job("hub-retention", self.hub_retention())
