@@ -14,7 +14,8 @@ This is a benchmark script, not a test. It measures everything in one run and
                                              # pyinstrument report of the sej side of benchmarks 1-3, or of
                                              # read_part for 12 (printed; the report file is not written)
 
-Every message has a 100-byte value and an 8-byte key.
+Every message has a 100-byte value and an 8-byte key; the throughput benchmarks (append, append_many,
+scan, consumer, spark_read, spark_scale) also run varied sizes and JSON events side by side.
 """
 
 from __future__ import annotations

@@ -219,6 +219,25 @@ def _decode_run(buf: bytes, pos: int, expect: int, limit: int, journal: str | No
     no_ts = NO_TIMESTAMP
     stopped = True
     try:
+        total = _same_sizes(buf, pos)
+        if total:  # the batch starts with frames of one size: one whole-frame struct call each, while they last
+            ks = buf[pos + HEADER_SIZE - 1]
+            vs = total - OVERHEAD - ks
+            same = sized_struct(FRAME_FORMAT, ks, vs).unpack_from
+            try:  # struct.error: fewer bytes than such a frame left, maybe a smaller frame: the loop below
+                for _ in range(limit):
+                    off, ts, typ, ks2, key, vs2, value, size = same(buf, pos)
+                    if off != expect or size != total or ks2 != ks or vs2 != vs:
+                        break
+                    if journal is None:
+                        append(new(Message, (off, None if ts == no_ts else ts, typ, key, value)))
+                    else:
+                        append(new(ShardMessage, (journal, off, None if ts == no_ts else ts, typ, key, value)))
+                    pos += total
+                    expect += 1
+            except struct.error:
+                pass
+            limit -= len(out)
         if journal is None:
             for _ in range(limit):
                 ks = buf[pos + HEADER_SIZE - 1]
@@ -249,6 +268,20 @@ def _decode_run(buf: bytes, pos: int, expect: int, limit: int, journal: str | No
     except (IndexError, struct.error):
         pass
     return out, pos, stopped
+
+
+def _same_sizes(buf: bytes, pos: int) -> int:
+    """The size of the frame at `pos` when the frame after it has the same key and value sizes (by their
+    size fields only: the frames are checked as they are decoded); 0 otherwise (or when cut by the end)."""
+    try:
+        ks = buf[pos + HEADER_SIZE - 1]
+        total = OVERHEAD + ks + I32.unpack_from(buf, pos + HEADER_SIZE + ks)[0]
+        nxt = pos + total
+        if ks > MAX_KEY or total <= OVERHEAD + ks or buf[nxt + HEADER_SIZE - 1] != ks:
+            return 0
+        return total if I32.unpack_from(buf, nxt + HEADER_SIZE + ks)[0] == total - OVERHEAD - ks else 0
+    except (IndexError, struct.error):
+        return 0
 
 
 def _decode_general(

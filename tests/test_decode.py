@@ -50,6 +50,8 @@ def both(buf: bytes, pos: int, expect: int, limit: int, journal: str | None) -> 
     st.integers(1, 20),
     st.one_of(st.none(), st.text(max_size=5)),
     st.integers(-2, 2),
+    st.integers(0, 30),
+    st.integers(0, 3),
 )
 def test_fast_loop_equals_general_path_on_any_shape_and_hostile_bytes(
     first: int,
@@ -59,7 +61,11 @@ def test_fast_loop_equals_general_path_on_any_shape_and_hostile_bytes(
     limit: int,
     journal: str | None,
     skew: int,  # type: ignore[type-arg]
+    same: int,
+    smaller: int,
 ) -> None:
+    if msgs:  # a run of one size (whole-frame structs), then maybe smaller frames after it
+        msgs = msgs[:1] * same + msgs + [(m[0], m[1], m[2][:1], m[3][:1]) for m in msgs[:smaller]]
     data = bytearray(b"".join(frame((first + i) % 2**64, *m) for i, m in enumerate(msgs)))
     for at, byte in muts:  # hostile bytes: any byte of any field, sizes included
         if data:

@@ -2,7 +2,7 @@
 
 The harness:
 
-- `common`: the messages (100-byte values, 8-byte keys), the sizes of full and --quick runs, scratch helpers.
+- `common`: the messages (100-byte values, 8-byte keys; the varied and JSON shapes), the sizes of full and --quick runs, scratch helpers.
 - `results`: a benchmark's result (title, description, table rows, notes) and its table cells.
 - `load`: the CPU time other processes take meanwhile (from /proc), and waiting for an idle machine.
 - `report`: docs/benchmarks.md rendered from the results, and an --only run merged into an existing report.

@@ -88,7 +88,10 @@ def render(
         f"- Python: {platform.python_implementation()} {platform.python_version()} on Linux {platform.release()}",
         f"- Scratch file system: {fs_type(scratch)}",
         f"- sej: commit {git_state()}",
-        "- Messages: 100-byte values, 8-byte keys (134-byte frames).",
+        "- Messages: 100-byte values, 8-byte keys (134-byte frames); the throughput benchmarks (1-3, 12, 13, 16) "
+        "also run, side by side against the same baselines, varied sizes (log-normal values, median 200 B, "
+        "10 B..16 KiB, keys of 4..40 B) and JSON events, from a fixed seed (`scripts/benchmarks/common.py`, "
+        "`shape_messages`).",
         f"- Load: while the benchmarks ran {load.text()}; see the last note of each benchmark.",
         "- Ratios are sej ÷ baseline for throughput (higher is better); PASS means the target is met.",
         "- Throughput (benchmarks 1–3): best of N runs, sej and baseline runs interleaved; clock `time.perf_counter`. "
