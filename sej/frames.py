@@ -478,7 +478,8 @@ def _uniform(b: bytes, total: int, k: int, ks: int, vs: int, offset: int) -> int
     high = offset >> 8
     for c in range(7):
         shift = 8 * (6 - c)
-        k = common_prefix(b[c::total], b"".join(bytes((((high + i) >> shift) & 255,)) * n for i, n in enumerate(lengths)), k)
+        want = b"".join(bytes((((high + i) >> shift) & 255,)) * n for i, n in enumerate(lengths))
+        k = common_prefix(b[c::total], want, k)
     return k
 
 
