@@ -402,3 +402,22 @@ def test_the_daemon_learns_of_appends_by_push_not_one_poll_later(sshd, tmp_path)
             t.join(scaled(30))
     assert not t.is_alive()
     assert_identical(str(src), str(hub))
+
+
+def test_a_sej_serve_slow_to_start_is_waited_for_not_killed_and_started_again(sshd, tmp_path) -> None:
+    """A busy producer (the rehearsal's: its shell's profile and Python's imports on loaded cores) can take more than
+    15 s to answer the hello. The hub waits for it as for any call (IO_TIMEOUT), instead of giving up at 15 s, killing
+    it, and starting another that is no faster: over `transport = "serve"` that client was never served."""
+    src = str(tmp_path / "src")
+    produce(src, 50)
+    slow = tmp_path / "slow-sej"
+    slow.write_text(f"#!/bin/sh\nsleep 17\nexec {SERVE} \"$@\"\n")  # the start's delay under test, not a sync
+    slow.chmod(0o755)
+    url = f"ssh://{sshd.user}@127.0.0.1:{sshd.port}{src}"
+    env = dict(os.environ, PYTHONPATH=str(REPO), XDG_CACHE_HOME=str(tmp_path / "cache"))
+    got = subprocess.run([sys.executable, "-m", "sej.apps.cli", "copy", url, str(tmp_path / "hub"), "--identity",
+                          str(sshd.identity), "--known-hosts", str(sshd.known_hosts), "--transport", "serve",
+                          "--serve-command", str(slow)], capture_output=True, text=True, env=env,
+                         timeout=scaled(180))  # fmt: skip
+    assert got.returncode == 0, got.stderr
+    assert_identical(src, str(tmp_path / "hub"), "127-0-0-1")

@@ -29,8 +29,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("sej.hub")
 
-HELLO_TIMEOUT = 15.0
-"""Seconds for `sej serve` to start and answer the hello (a Python start on a busy producer)."""
+HELLO_TIMEOUT = IO_TIMEOUT
+"""Seconds for `sej serve` to start and answer the hello: as long as any call may take. A Python start on a busy
+producer (its shell's profile, imports on loaded cores) took more than 15 s in the rehearsal, and a hub that gave
+up at 15 s killed that server and started another, which was no faster: the client was never served."""
 
 RECV_SIZE = 1 << 20
 

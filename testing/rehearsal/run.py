@@ -299,7 +299,7 @@ class Rehearsal:
             return
         if self.spark is not None:
             self.spark_ended(t)
-        if t >= self.due.get("archive", self.plan.archive_every):
+        if t >= self.due.get("archive", self.plan.archive_every) and hub_journals(self.hub_root):
             self.due["archive"] = t + self.plan.archive_every
             self.start_spark("archive")
         elif t >= self.due.get("spark", 0):
