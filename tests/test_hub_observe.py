@@ -195,8 +195,11 @@ def test_metrics_health_and_status_of_a_real_hub_through_an_sshd_outage(tmp_path
                        if name == "sej_hub_errors_total" and ("client", "remote") in labels)  # fmt: skip
 
         eventually(lambda: remote_errors() > errors_before, 60, "the SSH client's error counter to rise")
-        code, body = eventually(lambda: (h := health(address))[0] == 503 and h, 60, "/health to turn 503")
+        # A lost connection makes it 503 at once (`disconnected`); then the client goes stale as well.
+        code, body = eventually(lambda: (h := health(address))[0] == 503 and h[1]["stale"] and h, 60,
+                                "/health to turn 503 with the client stale")  # fmt: skip
         assert [s["client"] for s in body["stale"]] == ["remote"], body
+        assert [d["client"] for d in body.get("disconnected", [])] in ([], ["remote"]), body
         assert body["stale"][0]["seconds_since_success"] > max_age and body["stale"][0]["last_error"]
         got = scrape(address)
         assert metric(got, "sej_hub_connected", client="remote") == 0

@@ -290,7 +290,8 @@ def test_a_stalled_producer_fails_the_call_within_the_io_timeout_instead_of_hang
 
     src = str(tmp_path / "src")
     produce(src, 200, segment_size=5000)
-    client = connect_to(sshd)
+    # Keepalives that would close the connection long after the I/O timeout: this test is about the latter.
+    client = connect(endpoint(sshd), timeout=scaled(15), keepalive=(scaled(60), scaled(120)))
     stopped: list[int] = []
     io_timeout = scaled(1.5)  # the calls before the stall must not time out on a loaded machine either
     try:

@@ -478,7 +478,7 @@ class _Client:
                 self.log.warning(
                     "client %s: the connection to %s was lost; reconnecting", self.cfg.client_id, self.label
                 )
-                self.disconnect()
+                self.disconnect(lost=True)
             if self.remote is None:
                 # Each SFTP read fails after IO_TIMEOUT on a dead link instead of hanging.
                 try:
@@ -489,6 +489,8 @@ class _Client:
                 self.label = self.remote.label
                 self.pushes = self.remote.watch(lambda journals: self.pushed.set())
                 self.connects += 1
+                if self.status is not None:  # at once, not at the end of a (long, catching up) pass
+                    self.status.connected(self.cfg.client_id, True)
                 self.log.info("client %s: connected to %s", self.cfg.client_id, self.label)
             sources = self.remote
 
@@ -542,7 +544,9 @@ class _Client:
             report.connection_lost = report.error is None
             if report.connection_lost:
                 self.log.error("client %s: the connection to %s was lost during the pass", cid, self.label)
-            self.disconnect()  # the next pass connects afresh
+            # The next pass connects afresh; a connection that died (not one closed after an error of the
+            # producer's tree) is reported lost at once.
+            self.disconnect(lost=report.connection_lost or not self.remote.alive())
         report.seconds = time.monotonic() - started
         failed = len(report.failed_journals)
         fields = {"messages": report.messages, "bytes": report.bytes, "journals": len(report.outcomes),
@@ -574,20 +578,27 @@ class _Client:
         return report
 
     def wait(self, stop: threading.Event, delay: float) -> None:
-        """Wait `delay` seconds before the next pass, less if `stop` is set or the producer pushes a change."""
-        if not self.pushes:
-            stop.wait(delay)
-            return
+        """Wait `delay` seconds before the next pass, less if `stop` is set, the producer pushes a change, or the
+        connection is lost (a keepalive found the producer silent: sej.hub.ssh.KEEPALIVE_DEAD). The loss is
+        reported at once and the next pass reconnects."""
         end = time.monotonic() + delay
         for _ in range(int(delay / SUPERVISE_INTERVAL) + 2):  # stop is polled (a signal handler may set it)
             left = end - time.monotonic()
             if left <= 0 or stop.is_set() or self.pushed.wait(min(left, SUPERVISE_INTERVAL)):
                 break
+            remote = self.remote
+            if remote is not None and not remote.alive():
+                self.log.warning("client %s: the connection to %s was lost", self.cfg.client_id, self.label)
+                self.disconnect(lost=True)
+                break
         self.pushed.clear()  # the next pass sees what was pushed until now
 
-    def disconnect(self) -> None:
+    def disconnect(self, lost: bool = False) -> None:
+        """Close the client's connection; `lost`: it failed or was found dead (status and /health say so)."""
         self.pushes = False
         remote, self.remote = self.remote, None
+        if remote is not None and lost and self.status is not None:
+            self.status.connected(self.cfg.client_id, False, lost=True)
         if remote is not None:
             try:
                 remote.close()

@@ -104,13 +104,16 @@ class HubCollector:
 
 
 def health(book: StatusBook, max_age: float) -> tuple[int, dict[str, Any]]:
-    """(HTTP status, JSON body) of /health: 503 naming the clients without a successful pass in `max_age` s."""
+    """(HTTP status, JSON body) of /health: 503 naming the clients without a successful pass in `max_age` s
+    (`stale`), and those whose connection was lost and is not back (`disconnected`, at once: a silent partition
+    is found by SSH keepalives within seconds, sej.hub.ssh.KEEPALIVE_DEAD)."""
     stale = book.stale(max_age)
-    if not stale:
+    lost = book.lost()
+    if not stale and not lost:
         return 200, {"status": "ok", "max_age": max_age}
     errors = {s.client_id: s.last_error for s in book.snapshot()}
-    return 503, {
-        "status": "stale",
+    doc: dict[str, Any] = {
+        "status": "stale" if stale else "disconnected",
         "max_age": max_age,
         "stale": [
             # Rounded up: a client stale by less than a millisecond must not read as exactly max_age.
@@ -118,6 +121,10 @@ def health(book: StatusBook, max_age: float) -> tuple[int, dict[str, Any]]:
             for cid, a in stale
         ],  # fmt: skip
     }
+    if lost:
+        doc["disconnected"] = [{"client": cid, "seconds_since_lost": round(a, 3), "last_error": errors.get(cid)}
+                               for cid, a in lost]  # fmt: skip
+    return 503, doc
 
 
 def wsgi_app(book: StatusBook, max_age: float) -> Callable[[dict[str, Any], StartResponse], Iterable[bytes]]:

@@ -12,7 +12,10 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import socket
 import threading
+import time
+import weakref
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -85,8 +88,108 @@ FAST_CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
 164-174 MiB/s on loopback). The rest of paramiko's list stays, for servers without it."""
 
 
-def _transport(sock: object, log_as: str | None = None, **kwargs: object) -> paramiko.Transport:
-    """A paramiko Transport that prefers FAST_CIPHERS, logging as client `log_as` (log_channel)."""
+log = logging.getLogger("sej.hub")
+
+KEEPALIVE_IDLE = 5.0
+"""Seconds without a byte from the producer before the hub asks it for a reply (an SSH global request with
+want_reply, as OpenSSH's ServerAliveInterval sends): a busy link needs none, a quiet one gets one this often."""
+
+KEEPALIVE_DEAD = 10.0
+"""Seconds without a byte from the producer (not even the reply to a keepalive) before the hub closes the
+connection: a silent partition (nothing closed, bytes held) is found within this and a LIVENESS_TICK, where a
+TCP connection would wait for minutes. paramiko's own keepalive only sends; it never notices a dead peer."""
+
+LIVENESS_TICK = 1.0
+"""How often the liveness monitor looks at every connection."""
+
+
+class _HeardSocket(socket.socket):
+    """A TCP socket that remembers when it last received bytes (paramiko's transport thread reads it)."""
+
+    heard = 0.0
+
+    def recv(self, bufsize: int, flags: int = 0) -> bytes:
+        data = super().recv(bufsize, flags)
+        if data:
+            self.heard = time.monotonic()
+        return data
+
+
+def _heard(sock: socket.socket) -> _HeardSocket:
+    """`sock` as a _HeardSocket (the same file descriptor, taken over)."""
+    timeout = sock.gettimeout()
+    heard = _HeardSocket(sock.family, sock.type, sock.proto, fileno=sock.detach())
+    heard.settimeout(timeout)  # a new socket object starts blocking: keep connect()'s bound on the handshake
+    heard.heard = time.monotonic()
+    return heard
+
+
+class _Liveness:
+    """Closes connections whose producer fell silent: one thread for every connection of the process.
+
+    A connection quiet for `idle` seconds is sent a keepalive that wants a reply (from a thread of its own:
+    paramiko waits for the reply without a bound); one that stays quiet `dead` seconds is closed, so that
+    every call waiting on it fails at once and the client reconnects.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._watched: weakref.WeakKeyDictionary[paramiko.Transport, tuple[_HeardSocket, float, float, str]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._asking: weakref.WeakSet[paramiko.Transport] = weakref.WeakSet()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, transport: paramiko.Transport, sock: _HeardSocket, idle: float, dead: float, label: str) -> None:
+        with self._lock:
+            self._watched[transport] = (sock, idle, dead, label)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="sej-ssh-liveness", daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:  # a daemon thread, for the life of the process: it sleeps while nothing is watched
+            time.sleep(LIVENESS_TICK)
+            with self._lock:
+                watched = list(self._watched.items())
+            for transport, (sock, idle, dead, label) in watched:
+                if not transport.is_active():
+                    with self._lock:
+                        self._watched.pop(transport, None)
+                    continue
+                quiet = time.monotonic() - sock.heard
+                if quiet >= dead:
+                    log.warning("%s: nothing heard from the producer for %.0fs (not even a keepalive's reply); "
+                                "closing the connection", label, quiet)  # fmt: skip
+                    with self._lock:
+                        self._watched.pop(transport, None)
+                    transport.close()
+                elif quiet >= idle and transport not in self._asking:
+                    self._asking.add(transport)
+                    threading.Thread(target=self._ask, args=(transport,), name="sej-ssh-keepalive",
+                                     daemon=True).start()  # fmt: skip
+
+    def _ask(self, transport: paramiko.Transport) -> None:
+        """A keepalive that wants a reply (OpenSSH answers an unknown request with a failure: bytes all the same);
+        returns when it came, or when the connection is closed."""
+        try:
+            transport.global_request("keepalive@openssh.com", wait=True)
+        except Exception as e:  # a closed transport: _run drops it
+            log.debug("keepalive: %s", e)
+        finally:
+            self._asking.discard(transport)
+
+
+LIVENESS = _Liveness()
+
+
+def _transport(sock: socket.socket, log_as: str | None = None, heard: list[_HeardSocket] | None = None,
+               **kwargs: object) -> paramiko.Transport:  # fmt: skip
+    """A paramiko Transport that prefers FAST_CIPHERS, logging as client `log_as` (log_channel). With `heard`,
+    its socket (a _HeardSocket: when it last received bytes) is appended to it."""
+    if heard is not None:
+        sock = _heard(sock)
+        heard.append(sock)
     t = paramiko.Transport(sock, **kwargs)
     if log_as is not None:
         t.set_log_channel(log_channel(log_as))
@@ -97,12 +200,16 @@ def _transport(sock: object, log_as: str | None = None, **kwargs: object) -> par
 
 
 def connect(ep: Endpoint, accept_new_host_key: bool = False, timeout: float = 15.0,
-            log_as: str | None = None) -> paramiko.SSHClient:  # fmt: skip
+            log_as: str | None = None, compress: bool = False, keepalive: tuple[float, float] = (KEEPALIVE_IDLE,
+            KEEPALIVE_DEAD)) -> paramiko.SSHClient:  # fmt: skip
     """An authenticated SSH connection to `ep`; HostKeyError or SshError with one clear reason.
 
-    With `log_as` (a client id), what paramiko logs of this connection names the client (log_channel).
+    With `log_as` (a client id), what paramiko logs of this connection names the client (log_channel). With
+    `compress`, SSH's own zlib compresses the connection (as `ssh -C`; a server that refuses it gets none).
+    `keepalive` is (idle, dead): see KEEPALIVE_IDLE and KEEPALIVE_DEAD.
     """
     client = paramiko.SSHClient()
+    heard: list[_HeardSocket] = []
     try:
         if os.path.exists(ep.known_hosts):
             client.load_host_keys(ep.known_hosts)
@@ -124,13 +231,14 @@ def connect(ep: Endpoint, accept_new_host_key: bool = False, timeout: float = 15
             timeout=timeout,
             banner_timeout=timeout,
             auth_timeout=timeout,
-            transport_factory=functools.partial(_transport, log_as=log_as),
+            compress=compress,
+            transport_factory=functools.partial(_transport, log_as=log_as, heard=heard),
         )
         if accept_new_host_key and os.path.isdir(os.path.dirname(ep.known_hosts) or "."):
             client.save_host_keys(ep.known_hosts)
         transport = client.get_transport()
-        if transport is not None:
-            transport.set_keepalive(15)
+        if transport is not None and heard:
+            LIVENESS.watch(transport, heard[-1], *keepalive, f"{ep.user}@{ep.host}:{ep.port}")
         return client
     except paramiko.BadHostKeyException as e:
         client.close()

@@ -72,6 +72,7 @@ class ClientStatus:
     location: str
     since: float  # wall-clock time the daemon started watching it
     connected: bool = False
+    lost: float | None = None  # wall-clock time its connection was lost (dropped, or found dead), until it is back
     passes: int = 0
     last_pass_end: float | None = None
     last_pass_seconds: float | None = None
@@ -150,12 +151,27 @@ class StatusBook:
             self._clients[client_id].last_progress = now
         self._maybe_write(client_id)
 
-    def connected(self, client_id: str, connected: bool) -> None:
+    def connected(self, client_id: str, connected: bool, lost: bool = False) -> None:
+        """The client's connection is open, or not; `lost`: it was lost (not closed on stop), which /health
+        reports at once. Its record is written at once when it was lost."""
         with self._lock:
             c = self._clients[client_id]
-            if c.connected != connected:
-                c.connected = connected
+            changed = c.connected != connected or (lost and c.lost is None)
+            c.connected = connected
+            if connected:
+                c.lost = None
+            elif lost and c.lost is None:
+                c.lost = self.clock()
+            if changed:
                 self._dirty.add(client_id)
+        if changed and lost:
+            self.write(client_id)
+
+    def lost(self) -> list[tuple[str, float]]:
+        """The clients whose connection was lost and is not back, with the seconds since."""
+        now = self.clock()
+        with self._lock:
+            return [(c.client_id, max(0.0, now - c.lost)) for c in self._clients.values() if c.lost is not None]
 
     def record(self, client_id: str, journals: list[JournalPass], seconds: float,
                client_error: tuple[str, str] | None = None, complete: bool = False,
@@ -414,6 +430,7 @@ def parse_record(data: bytes, client_id: str) -> ClientStatus:
         location=_field(doc, "location", str),
         since=_field(doc, "since", float),
         connected=_field(doc, "connected", bool),
+        lost=_field(doc, "lost", float, None),
         passes=_field(doc, "passes", int),
         last_pass_end=_field(doc, "last_pass_end", float, None),
         last_pass_seconds=_field(doc, "last_pass_seconds", float, None),

@@ -124,9 +124,15 @@ def _client_line(cid: str, rec: ClientStatus | None, now: float) -> str:
     if rec is None:
         return f"client {cid}: no record (sej-hub has not run a pass for it here)"
     errors = ", ".join(f"{k} {n}" for k, n in sorted(rec.errors.items())) or "none"
-    return (f"client {cid}: {_shown(rec.location)}, {'connected' if rec.connected else 'not connected'}, "
+    return (f"client {cid}: {_shown(rec.location)}, {_connection(rec, now)}, "
             f"last good pass {_ago(rec.last_success, now)}, {rec.passes} passes, errors: {errors}; "
             f"record written {_ago(rec.written, now)}")  # fmt: skip
+
+
+def _connection(rec: ClientStatus, now: float) -> str:
+    if rec.connected:
+        return "connected"
+    return "not connected" if rec.lost is None else f"not connected (connection lost {_ago(rec.lost, now)})"
 
 
 def _client_doc(cid: str, rec: ClientStatus | None, now: float) -> dict[str, Any]:
@@ -137,6 +143,7 @@ def _client_doc(cid: str, rec: ClientStatus | None, now: float) -> dict[str, Any
         "record": True,
         "location": rec.location,
         "connected": rec.connected,
+        "lost": rec.lost,
         "passes": rec.passes,
         "last_success": rec.last_success,
         "seconds_since_success": None if rec.last_success is None else round(now - rec.last_success, 3),
