@@ -22,6 +22,7 @@
     remote_root = "/var/lib/app"         # a sharded root or one journal on the producer
     transport = "auto"                   # optional: "serve" (sej serve on the producer), "sftp", or "auto"
     serve_command = "sej"                # optional: the producer's sej, e.g. "/opt/app/venv/bin/sej"
+    compression = false                  # optional: SSH's own zlib (as scp -C), for slow links
 
     [[client]]
     client_id = "here"
@@ -63,7 +64,7 @@ LOG_FORMATS = ("text", "json")
 HEALTH_MIN_AGE = 30.0
 """The shortest default of health_max_age (seconds); it is at least 10 poll intervals."""
 SSH_KEYS = ("host", "port", "user", "identity_file", "remote_root", "known_hosts", "accept_new_host_key", "transport",
-            "serve_command")  # fmt: skip
+            "serve_command", "compression")  # fmt: skip
 CLIENT_KEYS = ("client_id", "local_root", *SSH_KEYS)
 
 
@@ -82,6 +83,7 @@ class ClientConfig:
     accept_new_host_key: bool = False
     transport: str = "auto"
     serve_command: str = "sej"
+    compression: bool = False
 
     @property
     def is_local(self) -> bool:
@@ -94,7 +96,7 @@ class ClientConfig:
             return Origin(self.local_root)
         assert self.host is not None and self.remote_root is not None  # parse_config checked it
         return Origin(self.remote_root, self.host, self.port, self.user, self.identity_file, self.known_hosts,
-                      self.accept_new_host_key, self.transport, self.serve_command)  # fmt: skip
+                      self.accept_new_host_key, self.transport, self.serve_command, self.compression)  # fmt: skip
 
     def describe(self) -> str:
         """Where the client's journals are, for messages: a local path or ssh://[user@]host[:port]/root."""
@@ -256,6 +258,9 @@ def _client(entry: dict[str, Any], n: int, where: str, base: str) -> ClientConfi
     if not isinstance(serve_command, str) or not serve_command.strip() or any(c in serve_command for c in "\0\n\r"):
         raise _bad(ctx, "serve_command", serve_command, "must be a command line on the producer, e.g. "
                    "'/opt/app/venv/bin/sej'")  # fmt: skip
+    compression = entry.get("compression", False)
+    if not isinstance(compression, bool):
+        raise _bad(ctx, "compression", compression, "must be true or false")
     return ClientConfig(
         cid,
         host=host,
@@ -267,6 +272,7 @@ def _client(entry: dict[str, Any], n: int, where: str, base: str) -> ClientConfi
         accept_new_host_key=accept,
         transport=transport,
         serve_command=serve_command,
+        compression=compression,
     )
 
 

@@ -80,7 +80,7 @@ class Origin:
     ~/.ssh/config (sej.hub.ssh.resolve); only keys authenticate, and a host key is checked
     against known_hosts unless accept_new_host_key is set. `transport` is how an SSH origin
     is read: "serve" (`serve_command serve ROOT` on the producer, sej.hub.serve_source), "sftp",
-    or "auto" (serve, else SFTP).
+    or "auto" (serve, else SFTP). `compression`: SSH's own zlib on the connection (as `scp -C`), both transports.
     """
 
     root: str
@@ -92,6 +92,7 @@ class Origin:
     accept_new_host_key: bool = False
     transport: str = "auto"
     serve_command: str = "sej"
+    compression: bool = False
 
     @classmethod
     def parse(
@@ -103,13 +104,14 @@ class Origin:
         accept_new_host_key: bool = False,
         transport: str = "auto",
         serve_command: str = "sej",
+        compression: bool = False,
     ) -> Origin:
         """The origin a location names: ssh://[user@]host[:port]/path, or else a local path."""
         loc = parse_location(text)
         if loc is None:
             return cls(text)
         return cls(loc.path, loc.host, loc.port, loc.user, identity, known_hosts, accept_new_host_key,
-                   check_transport(transport), serve_command)  # fmt: skip
+                   check_transport(transport), serve_command, compression)  # fmt: skip
 
     @property
     def is_local(self) -> bool:
@@ -259,7 +261,7 @@ def open_sources(
     ep = ssh.resolve(origin.host, origin.port, origin.user, origin.identity, origin.known_hosts)
     label = f"{ep.user}@{ep.host}:{ep.port}"
     client = ssh.connect(ep, accept_new_host_key=origin.accept_new_host_key, timeout=connect_timeout,
-                         log_as=client_id)  # fmt: skip
+                         log_as=client_id, compress=origin.compression)  # fmt: skip
     try:
         make: Callable[[], Source] | None = None
         if origin.transport != "sftp":

@@ -37,6 +37,7 @@ def default_client_id(host: str | None) -> str:
               help="ssh:// sources: `sej serve` on the source (serve), SFTP (sftp), or serve if the source has it.")
 @click.option("--serve-command", default="sej", show_default=True,
               help="The sej program on the source, for a sej not on its PATH (e.g. /opt/app/venv/bin/sej).")
+@click.option("--compress", is_flag=True, help="ssh:// sources: SSH's own zlib (as scp -C), for slow links.")
 def copy_cmd(
     src: str,
     dst: str,
@@ -48,6 +49,7 @@ def copy_cmd(
     workers: int,
     transport: str,
     serve_command: str,
+    compress: bool,
 ) -> None:
     """Copy every journal of SRC that DST lacks, exactly once, then exit.
 
@@ -66,7 +68,7 @@ def copy_cmd(
     if client_id is not None:
         check_client_id(client_id)  # a bad one is a usage error, before anything is copied
     origin = Origin.parse(src, identity=identity, known_hosts=known_hosts, accept_new_host_key=accept_new_host_key,
-                          transport=transport, serve_command=serve_command)  # fmt: skip
+                          transport=transport, serve_command=serve_command, compression=compress)  # fmt: skip
     if origin.is_local:
         if not os.path.isdir(src):
             raise usage(f"{src} does not exist or is not a directory")
