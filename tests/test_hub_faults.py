@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -121,3 +122,102 @@ def test_a_silent_partition_is_found_within_15s_and_caught_up_within_10s_of_heal
         assert elapsed is not None, proc.stderr
     assert_exactly_once(src, hub, written)
     assert "Traceback" not in proc.stderr, proc.stderr
+
+
+WAN_COPIER = r"""
+import sys
+from sej.hub import copy_all
+from sej.hub.location import Origin, open_sources
+port, user, identity, known, src, hub, transport, serve = sys.argv[1:9]
+origin = Origin(src, "127.0.0.1", int(port), user, identity, known, transport=transport, serve_command=serve)
+with open_sources(origin) as sources:
+    print("connected", flush=True)
+    for _ in range(100000):
+        copy_all(sources, hub, "c1", "hub", workers=2)
+"""
+
+
+def test_hub_killed_and_link_reset_at_random_moments_over_the_wan(sshd: Sshd, tmp_path: Path, keep_on_failure) -> None:
+    """The kill soak of test_hub_ssh over the WAN (+50 ms, 200 Mbit/s), sftp and serve in turn: even rounds SIGKILL
+    the copying process, odd rounds reset the link under a copy in this process. Then one copy: byte-identical,
+    exactly once. CI: 6 rounds within 60 s (scaled); SEJ_SOAK_ROUNDS=N: N rounds."""
+    import random
+
+    from sej.hub import copy_all
+    from sej.hub.location import Origin, open_sources
+    from sej.offset import read_offset_file
+
+    from .conftest import soak_rounds
+    from .test_hub_copy import assert_prefix, start_producer, stop_producer
+
+    seed = int(os.environ.get("SEJ_HUB_SEED", random.randrange(1 << 30)))
+    print("seed", seed)
+    rng = random.Random(seed)
+    src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
+    os.makedirs(src)
+    keep_on_failure(src)
+    keep_on_failure(hub)
+    soak = soak_rounds()
+    rounds = soak or 6
+    producer = start_producer(src, seed)
+    kills = resets = 0
+    with Wan(sshd.port, rtt=0.050, mbit=200) as wan:
+        known = through(wan, sshd, tmp_path)
+
+        def origin(transport: str) -> Origin:
+            return Origin(src, "127.0.0.1", wan.port, sshd.user, str(sshd.identity), known, transport=transport,
+                          serve_command=SERVE)  # fmt: skip
+
+        try:
+            deadline = float("inf") if soak else time.monotonic() + scaled(60)
+            for round_ in range(rounds):
+                if time.monotonic() > deadline:
+                    break
+                transport = ("sftp", "serve")[round_ // 2 % 2]
+                if round_ % 2 == 0:  # the hub process dies
+                    copier = popen_python(WAN_COPIER, str(wan.port), sshd.user, str(sshd.identity), known, src, hub,
+                                          transport, SERVE, stdout=subprocess.PIPE)  # fmt: skip
+                    assert copier.stdout is not None
+                    assert copier.stdout.readline().strip() == "connected"
+                    time.sleep(rng.uniform(0.0, 0.5))  # a random moment of the copy, not a sync
+                    copier.kill()
+                    assert copier.wait(scaled(10)) == -9
+                    kills += 1
+                else:  # the link resets under a copy in this process
+                    errors: list[object] = []
+                    with open_sources(origin(transport)) as sources:
+
+                        def run(sources=sources, errors=errors) -> None:  # type: ignore[no-untyped-def]
+                            try:
+                                for _ in range(1000):
+                                    out = copy_all(sources, hub, "c1", "hub", workers=2)
+                                    errors.extend(o.error for o in out if o.error is not None)
+                                    if errors:
+                                        return
+                            except sej.SejError as e:  # the connection died between journals
+                                errors.append(e)
+                            except OSError as e:  # or under a call: paramiko's own error
+                                errors.append(e)
+
+                        t = threading.Thread(target=run)
+                        t.start()
+                        time.sleep(rng.uniform(0.05, 0.5))  # a random moment of the copy, not a sync
+                        wan.reset()
+                        t.join(scaled(30))
+                        assert not t.is_alive()
+                    assert errors, "the reset is noticed"
+                    resets += 1
+                assert_prefix(src, hub)
+                for d in os.listdir(hub):
+                    committed = read_offset_file(os.path.join(src, d[3:], "ofs", "hub.ofs"))
+                    if committed is not None:
+                        assert committed <= sej.next_offset(os.path.join(hub, d))
+            written = stop_producer(producer)
+        finally:
+            producer.kill()
+        with open_sources(origin("serve")) as sources:
+            out = copy_all(sources, hub, "c1", "hub", workers=4)
+    assert all(o.error is None for o in out), [o.error for o in out]
+    assert kills >= 2 and resets >= 2, (kills, resets)
+    assert_exactly_once(Path(src), Path(hub), written)
+    print(f"seed {seed}: {kills} hub kills, {resets} link resets over the WAN, {written} messages")
