@@ -20,6 +20,7 @@ from sej.hub.batch import PROBE_TOGETHER_RTT, Prefetched
 from sej.hub.config import ClientConfig, load_config
 from sej.hub.daemon import Hub
 from sej.hub.source import LocalSource, SftpSource, Source
+from sej.offset import read_offset_file
 from testing.wan import Wan
 
 if TYPE_CHECKING:
@@ -118,3 +119,44 @@ def test_under_sej_hub_a_far_producer_s_idle_probe_takes_one_round_trip(
     (probe,) = probes
     assert len(probe) == 8 and len({c[1] for c in probe}) == 4  # two lstats per journal, together
     assert os.path.isdir(tmp_path / "hub")
+
+
+def test_a_far_copy_opens_its_workers_channels_ahead_and_closes_every_one(tmp_path: Path, sshd: Sshd) -> None:
+    """copy_all over SFTP through a link of +20 ms (sej copy's way: new sources per pass) opens its workers' channels
+    while it lists; initial, incremental and idle passes copy exactly what the producer has, commit it there, and
+    leave no channel open on the connection."""
+    from sej.hub import CopyState, copy_all
+    from sej.hub.ssh import connect, resolve, sftp_sources
+
+    src, hub = tmp_path / "src", tmp_path / "hub"
+    produce(src, 4)
+    state = CopyState()
+    with Wan(sshd.port, rtt=0.020) as wan:
+        known = tmp_path / "known_hosts_wan"
+        known.write_text(f"[127.0.0.1]:{wan.port} {sshd.host_key}\n")
+        ep = resolve("127.0.0.1", wan.port, sshd.user, str(sshd.identity), str(known), ssh_config=os.devnull)
+        for round_ in range(3):
+            if round_ == 1:
+                produce(src, 4)  # one more message in every journal
+            client = connect(ep)
+            try:
+                made: list[SftpSource] = []
+                make = sftp_sources(client, str(src), "far")
+
+                def counted(made: list[SftpSource] = made, make: Any = make) -> Source:
+                    made.append(make())
+                    return made[-1]
+
+                out = copy_all(counted, str(hub), "c", "hub", workers=3, state=state)
+                assert all(o.error is None for o in out), [o.error for o in out]
+                assert sum(o.result.messages for o in out if o.result) == (4 if round_ < 2 else 0)
+                assert len(made) == 4  # the lister and the workers' three, opened ahead even when idle
+                transport = client.get_transport()
+                assert transport is not None
+                # paramiko's channels: every one closed by the pass (the server's replies may be on the way)
+                assert all(c.closed for c in transport._channels.values())
+            finally:
+                client.close()
+    for j in sorted(p.name for p in src.iterdir()):
+        assert sej.next_offset(str(hub / f"c.{j}")) == sej.next_offset(str(src / j)) == 2
+        assert read_offset_file(str(src / j / "ofs" / "hub.ofs")) == 2  # committed on the producer

@@ -553,8 +553,9 @@ def copy_all(
 
     # Far away, a worker's SFTP channel costs four round trips (open, subsystem, init, the source's first look):
     # opened ahead, in threads of their own, while the pass lists and probes (an idle pass closes them unused).
+    # Nearby that saves nothing, and an idle pass would start sftp-servers for nothing.
     opening = _Opening(make_source)
-    if kept is None and lister.remote:
+    if kept is None and lister.remote and lister.round_trip >= PROBE_TOGETHER_RTT:
         opening.start(workers)
 
     def own_source() -> Source:
