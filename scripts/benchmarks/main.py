@@ -22,6 +22,7 @@ from .group_commit import bench_group_commit
 from .hub import bench_hub_copy, bench_hub_latency, bench_hub_metrics
 from .hub_scale import bench_hub_scale
 from .hub_sums import bench_hub_sums
+from .hub_wan import bench_hub_wan
 from .load import CpuShare, LoadTotal, wait_idle
 from .open_seek import bench_open_seek
 from .report import render, write_report
@@ -62,6 +63,7 @@ STEPS: tuple[tuple[tuple[str, ...], str, Run], ...] = (
     (("consumer",), "benchmark 16: the consumer over a root", alone(bench_consumer)),
     (("hub_metrics",), "benchmark 17: what the hub's metrics endpoint costs", alone(bench_hub_metrics)),
     (("hub_sums",), "benchmark 18: a hub pass over a journal that flushes every message", alone(bench_hub_sums)),
+    (("hub_wan",), "benchmark 19: the hub at a distance, against rsync and scp", alone(bench_hub_wan)),
 )
 BENCHMARKS = tuple(name for names, _, _ in STEPS for name in names)
 
