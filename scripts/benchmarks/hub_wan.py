@@ -183,7 +183,7 @@ def _result(rtts: tuple[float, ...], n: int, bulk: int, reps: int, times: dict[t
                   verdict(theirs / mine >= BULK_TARGET) if has_target else "info")  # fmt: skip
         rows.append(row)
         if has_target:
-            more.append(("one 64 MiB journal at +50 ms", row))
+            more.append((f"one {bulk >> 20} MiB journal at +50 ms", row))
         rows.append(Row(f"+{rtt * 1000:g} ms: an ssh exec session that runs `true` (rsync's and scp's start)",
                         f"{med[(rtt, 'ssh true')]:.2f} s"))  # fmt: skip
     notes = [f"Medians of {reps} runs, interleaved, each tool first in turn. All runs (s):"]
