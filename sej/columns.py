@@ -25,7 +25,7 @@ import struct
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from .errors import CorruptionError, InvalidArgumentError, OffsetOutOfRangeError, SejError
+from .errors import CorruptionError, InvalidArgumentError, MissingExtraError, OffsetOutOfRangeError
 from .frames import (
     HEADER_SIZE,
     MAX_OFFSET,
@@ -38,18 +38,13 @@ from .frames import (
     frame_total,
 )
 
-
-class MissingExtraError(SejError, ImportError):
-    """A feature needs a package of one of sej's extras that is not installed; the message names both."""
-
-
 try:
     import pyarrow as pa
     import pyarrow.compute as pc
 except ImportError as e:  # pragma: no cover - the spark extra is installed in CI
     raise MissingExtraError(
         f"{e.name or 'pyarrow'} is missing: reading journals as Arrow tables needs pyarrow, which comes with "
-        "sej's 'spark' extra (pip install 'sej-journal[spark]', or '.[spark]' in a checkout)"
+        "sej's 'spark' extra (python3 -m pip install './sej[spark]' from a checkout ./sej, or a wheel's [spark])"
     ) from None
 
 from .checksum import ReadCheck  # noqa: E402
@@ -171,6 +166,9 @@ def _columns(data: bytes | bytearray, starts: array.array[int], n: int, expect: 
         k = common_prefix(found, wanted, 8 * k) // 8
     if k == 0:
         return None, 0
+    if expect + k - 1 > _I64_MAX:  # valid frames (offsets are unsigned), but no column of longs can hold them
+        raise CorruptionError(f"offset {max(expect, _I64_MAX + 1)} does not fit a signed 64-bit integer, "
+                              "the offset column's type (Arrow's int64, Spark's long)")  # fmt: skip
     offsets = pc.add(_arange(k), pa.scalar(expect, _I64))
     if k < n:
         heads, first, after, key_sizes = (a.slice(0, k) for a in (heads, first, after, key_sizes))

@@ -159,3 +159,7 @@ class SyncError(SejError, OSError):
     and a later fsync that succeeds would not bring them back. Reopen the journal;
     recovery then shows what is on disk.
     """
+
+
+class MissingExtraError(SejError, ImportError):
+    """A feature needs a package of one of sej's extras that is not installed; the message names both."""
