@@ -322,7 +322,10 @@ def test_the_server_pushes_the_journals_that_change_and_not_the_hubs_own_commits
         with sej.Writer(str(root / second), durability="flush") as w:
             w.append(b"new")
         assert got.wait(scaled(10))
-        wait_until(lambda: any(second in p for p in pushes), scaled(10), "a push naming the journal appended to")
+        # [] is "anything may have changed" (an event on a journal's directory itself, which may be a new journal):
+        # under load the append's events can come in one burst with such an event, and that push covers `second`.
+        wait_until(lambda: any(second in p or p == [] for p in pushes), scaled(10),
+                   "a push naming the journal appended to, or all")  # fmt: skip
         assert all(first not in p for p in pushes), pushes  # the hub's own commit (ofs/) is no news
     finally:
         conn.close()
