@@ -70,6 +70,16 @@ def assert_prefix(src: str, hub: str, client: str = "c1") -> None:
                 assert theirs[name].startswith(mine[name]), (d, name)
 
 
+def assert_prefix_and_no_commit_ahead(src: str, hub: str, client: str = "c1") -> None:
+    """After an interruption: the hub is a prefix of the source, and no hub offset committed on the source leads
+    the hub's copy."""
+    assert_prefix(src, hub, client)
+    for d in os.listdir(hub):
+        committed = read_offset_file(os.path.join(src, d[len(client) + 1 :], "ofs", "hub.ofs"))
+        if committed is not None:
+            assert committed <= sej.next_offset(os.path.join(hub, d))
+
+
 def test_full_copy_is_byte_identical_and_commits_the_hub_offset(tmp_path) -> None:
     src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
     produce(src, 2000)

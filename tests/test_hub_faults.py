@@ -145,10 +145,9 @@ def test_hub_killed_and_link_reset_at_random_moments_over_the_wan(sshd: Sshd, tm
 
     from sej.hub import copy_all
     from sej.hub.location import Origin, open_sources
-    from sej.offset import read_offset_file
 
     from .conftest import soak_rounds
-    from .test_hub_copy import assert_prefix, start_producer, stop_producer
+    from .test_hub_copy import assert_prefix_and_no_commit_ahead, start_producer, stop_producer
 
     seed = int(os.environ.get("SEJ_HUB_SEED", random.randrange(1 << 30)))
     print("seed", seed)
@@ -207,11 +206,7 @@ def test_hub_killed_and_link_reset_at_random_moments_over_the_wan(sshd: Sshd, tm
                         assert not t.is_alive()
                     assert errors, "the reset is noticed"
                     resets += 1
-                assert_prefix(src, hub)
-                for d in os.listdir(hub):
-                    committed = read_offset_file(os.path.join(src, d[3:], "ofs", "hub.ofs"))
-                    if committed is not None:
-                        assert committed <= sej.next_offset(os.path.join(hub, d))
+                assert_prefix_and_no_commit_ahead(src, hub)
             written = stop_producer(producer)
         finally:
             producer.kill()

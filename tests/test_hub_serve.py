@@ -27,7 +27,13 @@ from testing.sshd import keygen
 from testing.timing import scaled, wait_until
 
 from .conftest import REPO, popen_python, soak_rounds
-from .test_hub_copy import assert_identical, assert_prefix, produce, start_producer, stop_producer
+from .test_hub_copy import (
+    assert_identical,
+    assert_prefix_and_no_commit_ahead,
+    produce,
+    start_producer,
+    stop_producer,
+)
 from .test_hub_ssh import connect_to, endpoint
 
 SERVE = f"env PYTHONPATH={REPO} {sys.executable} -m sej.apps.cli"
@@ -320,11 +326,7 @@ def test_hub_and_sej_serve_killed_at_random_moments(sshd, tmp_path, keep_on_fail
                 assert all(o.error is None for o in out), [o.error for o in out]
                 client.close()
                 serve_kills += 1
-            assert_prefix(src, hub)
-            for d in os.listdir(hub):
-                committed = read_offset_file(os.path.join(src, d[3:], "ofs", "hub.ofs"))
-                if committed is not None:
-                    assert committed <= sej.next_offset(os.path.join(hub, d))
+            assert_prefix_and_no_commit_ahead(src, hub)
         written = stop_producer(producer)
     finally:
         producer.kill()
