@@ -38,7 +38,7 @@ def write_journal(dir: str, n: int = 2500, seed: int = 7, segment_size: int = 16
 def copy_to_hub(producer: Path, hub: Path, journal: str = "ev", client: str = "c1") -> str:
     """Copy the journal `producer/journal` into the hub root `hub` (the local transport); its hub directory."""
     from sej.hub.copy import copy_journal
-    from sej.hub.source import LocalSource
+    from sej.hub.local_source import LocalSource
 
     hub.mkdir(exist_ok=True)
     source = LocalSource(str(producer))

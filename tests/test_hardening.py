@@ -21,7 +21,7 @@ import sej
 from sej import index as idx
 from sej.apps.cli.main import cli
 from sej.hub.copy import CopyError, copy_journal
-from sej.hub.source import LocalSource
+from sej.hub.local_source import LocalSource
 from sej.layout import index_path, segment_path, sum_path, writer_lock_path
 from sej.message import HEADER, I32, OVERHEAD, encode
 
@@ -96,7 +96,7 @@ def test_the_hub_copies_a_2_gib_message_in_bounded_memory(tmp_path) -> None:  # 
     hub = tmp_path / "hub"
     code = (
         "import sys\n" + PEAK + "from sej.hub.copy import copy_journal\n"
-        "from sej.hub.source import LocalSource\n"
+        "from sej.hub.local_source import LocalSource\n"
         "r = copy_journal(LocalSource(sys.argv[1]), 'big', sys.argv[2], 'c1', 'hub')\n"
         "print(r.messages, r.next_offset, PEAK_KIB())\n"
     )
@@ -127,7 +127,7 @@ def test_a_hostile_3_gib_sparse_segment_costs_the_hub_no_memory(tmp_path) -> Non
         f.truncate(3 << 30)  # ...in 3 GiB of holes: its size field is 0
     code = (
         "import sys\n" + PEAK + "from sej.hub.copy import CopyError, copy_journal\n"
-        "from sej.hub.source import LocalSource\n"
+        "from sej.hub.local_source import LocalSource\n"
         "try:\n"
         "    copy_journal(LocalSource(sys.argv[1]), 'evil', sys.argv[2], 'c1', 'hub')\n"
         "except CopyError as e:\n"

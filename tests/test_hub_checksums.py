@@ -13,7 +13,8 @@ import pytest
 import sej
 from sej.checksum import check_segment
 from sej.hub.copy import CopyError, copy_journal
-from sej.hub.source import LocalSource, SftpSource
+from sej.hub.local_source import LocalSource
+from sej.hub.sftp_source import SftpSource
 from sej.layout import list_segments, sum_path
 from testing.flips import count_kinds, flips, fully_checked, write_journal
 

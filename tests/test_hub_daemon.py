@@ -986,7 +986,7 @@ def test_sej_hub_stops_on_sigterm_while_a_source_holds_a_fifo(tmp_path: Path) ->
 STUCK_HUB = r"""
 import os, sys, threading
 import sej.hub.daemon as daemon
-from sej.hub import source
+from sej.hub import local_source
 stall = float(sys.argv[1])
 if stall:
     daemon.STALL_TIMEOUT, daemon.WATCH_INTERVAL = stall, 0.1
@@ -996,7 +996,7 @@ def stuck_read(self, journal, name, pos, size):
     os.write(1, b"stuck in a read\n")
     never.wait()
 
-source.LocalSource.read = stuck_read
+local_source.LocalSource.read = stuck_read
 from sej.apps.hub import main
 sys.argv[1:] = sys.argv[2:]
 main()

@@ -16,10 +16,11 @@ import pytest
 import sej
 from sej.hub import CopyState, copy_all
 from sej.hub import location as hub_location
-from sej.hub import source as hub_source
+from sej.hub import sftp_source as hub_source
 from sej.hub.location import KeptOf as Keeper
 from sej.hub.location import Sources
-from sej.hub.source import SftpSource, SourceError
+from sej.hub.sftp_source import SftpSource
+from sej.hub.source import SourceError
 from sej.hub.ssh import sftp_sources
 from sej.offset import read_offset_file
 from testing.sshd import descendants

@@ -15,8 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sej
-from sej.hub import source as hub_source
-from sej.hub.source import LocalSource, SftpSource
+from sej.hub import sftp_source as hub_source
+from sej.hub.local_source import LocalSource
+from sej.hub.sftp_source import SftpSource
 from sej.hub.ssh import sftp_sources
 from testing.timing import scaled
 

@@ -175,7 +175,7 @@ def test_a_read_answered_with_more_bytes_than_asked_fails_that_read() -> None:
     from paramiko import Message
     from paramiko.sftp import CMD_DATA
 
-    from sej.hub.source import SftpSource
+    from sej.hub.sftp_source import SftpSource
 
     src = object.__new__(SftpSource)  # the operation only: bytes in, results out, no connection
     src.label = "test"
@@ -250,7 +250,7 @@ class DirServer(ScriptedChannel):
 
 
 def list_dir(server: DirServer) -> Any:
-    from sej.hub.source import SftpSource
+    from sej.hub.sftp_source import SftpSource
 
     src = object.__new__(SftpSource)  # the operation only: bytes in, results out, no connection
     src.label = "test"
@@ -275,7 +275,7 @@ def test_a_server_that_refuses_readdirs_read_ahead_is_listed_one_readdir_at_a_ti
 def test_a_directory_is_listed_whole_with_readdirs_read_ahead_and_closed_once(count: int, chunk: int) -> None:
     from paramiko.sftp import CMD_CLOSE, CMD_OPENDIR, CMD_READDIR
 
-    from sej.hub.source import READDIRS_AHEAD
+    from sej.hub.sftp_source import READDIRS_AHEAD
 
     names = [".", ".."] + [f"d{k}" for k in range(count)]
     server = DirServer(names, chunk)
@@ -292,7 +292,7 @@ def test_a_directory_is_listed_whole_with_readdirs_read_ahead_and_closed_once(co
 def test_a_listing_that_makes_no_progress_or_never_ends_is_refused_and_its_directory_closed(monkeypatch) -> None:
     from paramiko.sftp import CMD_CLOSE
 
-    from sej.hub import source as hub_source
+    from sej.hub import sftp_source as hub_source
     from sej.hub.source import SourceError
 
     server = DirServer(["a", "b"], 0)  # NAME replies without entries: no progress

@@ -87,7 +87,7 @@ def test_a_source_rewritten_with_other_segments_is_not_taken_for_retention(tmp_p
     but an earlier source segment spans what the hub's last segment held: the journal was rewritten (here
     recreated with a larger segment size), not cut by retention, and the copy must not continue."""
     from sej.hub.copy import CopyError, copy_journal
-    from sej.hub.source import LocalSource
+    from sej.hub.local_source import LocalSource
 
     src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
     journal = os.path.join(src, "j")

@@ -21,7 +21,7 @@ from sej.hub import copy_all
 from sej.hub.batch import CopyState
 from sej.hub.location import Origin, open_sources
 from sej.hub.serve_source import Connection, ServeSource, ServeUnavailable, open_connection, serve_sources
-from sej.hub.source import SftpSource
+from sej.hub.sftp_source import SftpSource
 from sej.offset import read_offset_file
 from testing.sshd import keygen
 from testing.timing import scaled, wait_until

@@ -19,7 +19,9 @@ from sej.hub import daemon
 from sej.hub.batch import PROBE_TOGETHER_RTT, Prefetched
 from sej.hub.config import ClientConfig, load_config
 from sej.hub.daemon import Hub
-from sej.hub.source import LocalSource, SftpSource, Source
+from sej.hub.local_source import LocalSource
+from sej.hub.sftp_source import SftpSource
+from sej.hub.source import Source
 from sej.offset import read_offset_file
 from testing.wan import Wan
 

@@ -598,10 +598,10 @@ def test_a_pass_reads_what_it_just_listed_or_probed_without_an_lstat_and_a_swapp
     sshd, tmp_path, monkeypatch
 ) -> None:
     """A pass reads what it has just listed, or probed (an lstat of each journal's last segment), without
-    lstat'ing it again (sej.hub.source.SftpSource.read_seen). Its open still meets what is there then: a FIFO put
+    lstat'ing it again (sej.hub.sftp_source.SftpSource.read_seen). Its open still meets what is there then: a FIFO put
     in its place after the probe fails the pass at the I/O timeout, naming it, and no byte of it reaches the hub."""
     from sej.hub import CopyState
-    from sej.hub.source import SftpSource
+    from sej.hub.sftp_source import SftpSource
 
     src, hub = tmp_path / "src", str(tmp_path / "hub")
     produce(str(src), 200, segment_size=1 << 20)  # one segment per journal

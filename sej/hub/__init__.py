@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from .batch import CopyState, JournalOutcome, copy_all
 from .copy import CopyError, CopyResult, copy_journal
+from .local_source import LocalSource
 from .location import Origin, Sources, open_sources
 from .names import check_client_id, destination_name
-from .source import LocalSource, SftpSource, Source, SourceError
+from .sftp_source import SftpSource
+from .source import Source, SourceError
 
 __all__ = [
     "CopyError",

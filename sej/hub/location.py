@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
 from ..errors import InvalidArgumentError, SejError
-from .source import CONNECT_TIMEOUT, IO_TIMEOUT, KEEP_HANDLES, LocalSource, Source
+from .local_source import LocalSource
+from .source import CONNECT_TIMEOUT, IO_TIMEOUT, KEEP_HANDLES, Source
 
 if TYPE_CHECKING:
     import paramiko

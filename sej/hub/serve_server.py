@@ -18,8 +18,8 @@ from typing import Any
 
 from ..errors import CorruptionError, InvalidArgumentError, ProtocolError, SejError, UnsafeFileError
 from . import serve_protocol as wire
+from .local_source import LocalSource
 from .names import check_journal_name
-from .source import LocalSource
 
 log = logging.getLogger("sej.hub.serve")
 

@@ -22,7 +22,8 @@ from typing import NamedTuple
 import paramiko
 
 from ..errors import SejError
-from .source import IO_TIMEOUT, SftpSource
+from .sftp_source import SftpSource
+from .source import IO_TIMEOUT
 
 
 class SshError(SejError):
