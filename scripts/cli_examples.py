@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pty
 import shutil
 import signal
 import subprocess
@@ -40,11 +41,17 @@ class Session:
         self.cwd = cwd
         self.env = dict(os.environ, PYTHONPATH=str(REPO), COLUMNS="100")
 
-    def run(self, *args: str, expect: int | None = 0) -> str:
-        p = subprocess.run(
-            [sys.executable, "-m", "sej.apps.cli", *args], capture_output=True, text=True, cwd=self.cwd, env=self.env,
-            timeout=60,
-        )  # fmt: skip
+    def run(self, *args: str, expect: int | None = 0, terminal: bool = False) -> str:
+        """Run `sej ARGS`; with `terminal`, its stdin is a terminal (a pseudo-terminal), as when typed by hand."""
+        tty = pty.openpty() if terminal else None
+        try:
+            p = subprocess.run(
+                [sys.executable, "-m", "sej.apps.cli", *args], capture_output=True, text=True, cwd=self.cwd,
+                env=self.env, timeout=60, stdin=tty[1] if tty else None,
+            )  # fmt: skip
+        finally:
+            for fd in tty or ():
+                os.close(fd)
         if expect is not None and p.returncode != expect:
             raise SystemExit(f"sej {' '.join(args)}: exit {p.returncode}, expected {expect}\n{p.stdout}{p.stderr}")
         if "Traceback" in p.stderr:
@@ -377,6 +384,20 @@ def page(s: Session, dir: str) -> str:
     add(s.run("hub", "status", "hub"))
     add(s.run("hub", "status", "hub", "--json"))
     add(s.run("hub", "status", "hub", "--max-age", "0", expect=1))
+
+    add("### `sej serve`\n\n")
+    add(s.help("serve"))
+    add(
+        "The producer's side of the hub's `serve` transport (docs/hub.md, \"`sej serve`: the streaming "
+        'transport"): `sej-hub` and `sej copy` run `sej serve REMOTE_ROOT` on the producer over SSH, when sej '
+        "is installed there, and speak a framed binary protocol with it on its stdin and stdout. The client's "
+        "`transport` in `hub.toml` (`sej copy --transport`) chooses it; `serve_command` (`sej copy "
+        "--serve-command`) names the producer's `sej` when it is not on the login's `PATH`. To pin the hub's key "
+        "to it, the producer's `authorized_keys` runs `sej serve --restrict ROOT` whatever the hub asks for "
+        "(docs/hub.md shows the line). It is not a command to type: from a terminal it says so and exits "
+        "(2):\n\n"
+    )
+    add(s.run("serve", "shards", expect=2, terminal=True))
 
     add("### `sej stat`\n\n")
     add(s.help("stat"))
