@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from . import index as idx
+from .chunks import BigFrame, FrameChunks, pread_full, preader
 from .frames import (
     HEADER,
     HEADER_SIZE,
@@ -18,6 +19,7 @@ from .frames import (
     MAX_KEY,
     NO_TIMESTAMP,
     OVERHEAD,
+    Frames,
     Message,
     Problem,
     check_frame,
@@ -30,28 +32,6 @@ from .index import Entry, SparseIndex
 from .layout import Segment
 
 CHUNK = 1 << 20
-
-MAX_READ = 0x7FFFF000
-"""The most Linux returns from one read or pread; larger reads come back short."""
-
-
-def pread_full(fd: int, n: int, pos: int) -> bytes:
-    """Up to `n` bytes at `pos`: fewer only at the end of the file (one pread may return less)."""
-    if n <= MAX_READ:
-        data = os.pread(fd, n, pos)
-        if len(data) == n or not data:
-            return data
-        parts = [data]
-        got = len(data)
-    else:
-        parts, got = [], 0
-    while got < n:
-        part = os.pread(fd, min(n - got, MAX_READ), pos + got)
-        if not part:
-            break
-        parts.append(part)
-        got += len(part)
-    return b"".join(parts)
 
 
 class Walk(NamedTuple):
@@ -88,52 +68,35 @@ def walk(
     size: int,
     index: SparseIndex | None = None,
 ) -> Walk:
-    """Validate frames from `start` to `size`; add index entries to `index` on the way."""
-    pos, offset, max_ts = start.position, start.offset, start.max_ts
+    """Validate frames from `start` to `size`; add index entries to `index` on the way.
+
+    Reads with the one chunked frame reader (sej.chunks), frames bigger than a chunk checked by
+    their trailing size field instead of read whole, however big they are.
+    """
+    offset, max_ts = start.offset, start.max_ts
     next_entry = next_entry_after(index)
-    while pos < size:
-        ask = min(CHUNK, size - pos)
-        data = pread_full(fd, ask, pos)
-        n = len(data)
-        if n < ask:  # the file shrank under us
-            size = pos + n
-            if n == 0:
-                break
-        f = walk_frames(data, 0, n, pos, offset, max_ts, next_entry, index)
-        pos += f.used
-        offset, max_ts, next_entry = f.next_offset, f.max_ts, f.next_entry
-        if f.problem is None:
-            continue
-        if f.problem.incomplete and pos + (n - f.used) < size:
-            # The frame continues past this chunk: check it by its trailing size field instead of
-            # reading it whole, however big it is.
-            total = frame_total(data, f.used, n)
-            if total is None:
-                # The chunk ends inside the frame's header: read on from the frame's start (pos moved:
-                # a chunk that starts at a frame holds its whole header).
-                assert f.used > 0, "a chunk that starts at a frame holds its header"
-                continue
-            if pos + total <= size:
-                trailer = os.pread(fd, 4, pos + total - 4)
-                if len(trailer) == 4 and I32.unpack(trailer)[0] == total:
-                    ts = HEADER.unpack_from(data, f.used)[1]
-                    if ts > max_ts:
-                        max_ts = ts
-                    if pos >= next_entry and index is not None:
-                        index.add(offset, pos, max_ts)
-                        next_entry = pos + idx.INTERVAL
-                    offset += 1
-                    pos += total
-                    continue
-                if len(trailer) == 4:
-                    problem = Problem(pos, f"size field disagrees: says {I32.unpack(trailer)[0]}, "
-                                      f"frame is {total} bytes", False)  # fmt: skip
-                    return _stopped(fd, pos, offset, max_ts, problem, size)
-                size = pos + total - 4 + len(trailer)  # the file shrank under us
-            problem = Problem(pos, f"incomplete frame: {size - pos} of {total} bytes", True)
-            return _stopped(fd, pos, offset, max_ts, problem, size)
-        return _stopped(fd, pos, offset, max_ts, f.problem._replace(position=pos), size)
-    return Walk(pos, offset, max_ts, None, size)
+
+    def step(data: bytes, n: int, at: int) -> tuple[Frames, int, Problem | None]:
+        f = walk_frames(data, 0, n, at, offset, max_ts, next_entry, index)
+        return f, f.used, f.problem
+
+    chunks = FrameChunks(preader(fd), start.position, size, step, CHUNK, grow=False)
+    for f in chunks:
+        if type(f) is BigFrame:
+            ts = HEADER.unpack_from(f.head, 0)[1]
+            if ts > max_ts:
+                max_ts = ts
+            if f.position >= next_entry and index is not None:
+                index.add(offset, f.position, max_ts)
+                next_entry = f.position + idx.INTERVAL
+            offset += 1
+        else:
+            offset, max_ts, next_entry = f.next_offset, f.max_ts, f.next_entry
+    stop = chunks.stop
+    assert stop is not None
+    if stop.problem is None:
+        return Walk(stop.position, offset, max_ts, None, stop.end)
+    return _stopped(fd, stop.position, offset, max_ts, stop.problem, stop.end)
 
 
 def _stopped(fd: int, pos: int, offset: int, max_ts: int, problem: Problem, size: int) -> Walk:
@@ -206,27 +169,20 @@ def read_messages(
             msgs, nxt, _problem = decode_batch(data, pos - at, stop, offset, limit, journal)
             if msgs:  # what stopped it (the chunk's end, damage) is found again by a fresh read
                 return msgs, nxt - (pos - at), None
-    want = min(CHUNK, size - pos)
-    while True:
-        data = pread_full(fd, want, pos)
+
+    def step(data: bytes, n: int, at: int) -> tuple[list[Message], int, Problem | None]:
         if chunk is not None:
-            chunk.data, chunk.at = data, pos
-        msgs, used, problem = decode_batch(data, 0, len(data), offset, limit, journal)
-        if problem is not None:
-            cut_by_chunk = problem.incomplete and len(data) == want and pos + want < size
-            if cut_by_chunk and msgs:
-                problem = None
-            elif cut_by_chunk:
-                total = frame_total(data, 0, len(data))
-                grown = min(max(total or 0, want * 2), size - pos)
-                if grown > want:
-                    want = grown
-                    continue
-            if problem is not None:
-                problem = problem._replace(position=pos + problem.position)
-                if problem.incomplete and not msgs:
-                    problem = _damaged(fd, problem, offset, size)
-        return msgs, used, problem
+            chunk.data, chunk.at = data, at
+        return decode_batch(data, 0, n, offset, limit, journal)
+
+    chunks = FrameChunks(preader(fd), pos, size, step, CHUNK)
+    for msgs in chunks:  # the first whole frames: what stops the read after them is found again by the next
+        stop = chunks.stop
+        return msgs, chunks.pos - pos, stop.problem if stop is not None else None
+    problem = chunks.stop.problem if chunks.stop is not None else None
+    if problem is not None and problem.incomplete:
+        problem = _damaged(fd, problem, offset, size)
+    return [], 0, problem
 
 
 def _damaged(fd: int, problem: Problem, offset: int, size: int) -> Problem:
@@ -286,16 +242,13 @@ def frame_end(fd: int, size: int, entry: Entry) -> int | None:
     """The end of the whole, valid frame with the entry's offset at the entry's position (None if there is none)."""
     if entry.position + OVERHEAD > size:
         return None
-    head = pread_full(fd, min(CHUNK, size - entry.position), entry.position)
-    r = check_frame(head, 0, len(head), entry.offset)
-    if isinstance(r, int):
-        return entry.position + r
-    if r.incomplete and len(head) == CHUNK:  # a frame bigger than one chunk: check its trailing size
-        total = frame_total(head, 0, len(head))
-        if total is not None and entry.position + total <= size:
-            trailer = os.pread(fd, 4, entry.position + total - 4)
-            if len(trailer) == 4 and I32.unpack(trailer)[0] == total:
-                return entry.position + total
+
+    def step(data: bytes, n: int, _at: int) -> tuple[int, int, Problem | None]:
+        r = check_frame(data, 0, n, entry.offset)
+        return (r, r, None) if isinstance(r, int) else (0, 0, r)
+
+    for f in FrameChunks(preader(fd), entry.position, size, step, CHUNK, grow=False):  # a bigger frame: by its trailer
+        return entry.position + (f.total if type(f) is BigFrame else f)
     return None
 
 
