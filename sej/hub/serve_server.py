@@ -11,20 +11,26 @@ from __future__ import annotations
 
 import logging
 import os
+import select
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..errors import CorruptionError, InvalidArgumentError, ProtocolError, SejError, UnsafeFileError
+from ..layout import check_reader_name
 from . import serve_protocol as wire
 from .local_source import LocalSource
 from .names import check_journal_name
+from .serve_commit import BATCH_FROM, commit_batch
 
 log = logging.getLogger("sej.hub.serve")
 
 READ_SIZE = 1 << 20
 """Bytes read from stdin at a time."""
+
+GATHER = 16 << 20
+"""Bytes of calls already waiting on stdin read together at most before they are answered."""
 
 COMMIT_THREADS = 8
 """Commits made at once (each fsyncs its offset file, then its directory)."""
@@ -148,14 +154,37 @@ class Session:
             return [wire.encode(_error(call_id, e))]
 
     def _commit_run(self, commits: list[tuple[int, list[Any]]]) -> list[bytes]:
-        """Answer a run of commits of distinct journals, made COMMIT_THREADS at a time: each is sej.offset's own,
-        with its own fsyncs, and the disk serves those of a pass's thousand commits together, not one by one."""
+        """Answer a run of commits of distinct journals: from serve_commit.BATCH_FROM on, in batches that share their
+        syncs (sej.hub.serve_commit); fewer, COMMIT_THREADS at a time, each sej.offset's own with its own fsyncs."""
         if len(commits) < 2:
             return [f for c in commits for f in self._answer(c[0], "commit_offset", c[1])]
+        if len(commits) >= BATCH_FROM:
+            return self._commit_batch(commits)
+        done = self._threads().map(lambda c: self._answer(c[0], "commit_offset", c[1]), commits)
+        return [f for frames in done for f in frames]
+
+    def _threads(self) -> ThreadPoolExecutor:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=COMMIT_THREADS, thread_name_prefix="sej-serve-commit")
-        done = self._pool.map(lambda c: self._answer(c[0], "commit_offset", c[1]), commits)
-        return [f for frames in done for f in frames]
+        return self._pool
+
+    def _commit_batch(self, commits: list[tuple[int, list[Any]]]) -> list[bytes]:
+        answers: dict[int, list[bytes]] = {}
+        batch: list[tuple[int, list[Any]]] = []
+        for call_id, args in commits:
+            journal, reader, value, sweep = args
+            try:
+                check_reader_name(reader)
+                if self.restrict and reader != self.reader:
+                    raise _Refused(f"this key may commit the reader {self.reader} only, not {reader!r}")
+                # Restricted, the sweep of stale temp files (anyone's) is left to the producer's own tools.
+                batch.append((call_id, [journal, reader, value, sweep and not self.restrict]))
+            except Exception as e:
+                answers[call_id] = [wire.encode(_error(call_id, e))]
+        got = commit_batch([tuple(a) for _i, a in batch], self.source._dir, self.root, self._threads())  # type: ignore[misc]
+        for (call_id, _args), e in zip(batch, got, strict=True):
+            answers[call_id] = wire.reply(call_id, None) if e is None else [wire.encode(_error(call_id, e))]
+        return [f for call_id, _args in commits for f in answers[call_id]]
 
     def close(self) -> None:
         if self._pool is not None:
@@ -221,6 +250,24 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
+def _read_all(fd: int) -> bytes:
+    """What the hub has sent: one read, then whatever else is there already (up to GATHER bytes), so that a pass's
+    calls sent together are answered together (its commits: one batch of syncs, sej.hub.serve_commit)."""
+    data = os.read(fd, READ_SIZE)
+    if not data:
+        return data
+    parts, size = [data], len(data)
+    for _ in range(GATHER // READ_SIZE):
+        if size >= GATHER or not select.select([fd], [], [], 0)[0]:
+            break
+        more = os.read(fd, READ_SIZE)
+        if not more:  # the end: answered after what came before it, and seen by the next read
+            break
+        parts.append(more)
+        size += len(more)
+    return b"".join(parts)
+
+
 def serve(root: str, restrict: bool = False, reader: str = "hub", stdin: int = 0, stdout: int = 1) -> int:
     """Serve `root` on `stdin`/`stdout` until the hub closes the stream; the exit code (0: a clean end).
 
@@ -249,7 +296,7 @@ def serve(root: str, restrict: bool = False, reader: str = "hub", stdin: int = 0
     session = Session(root, restrict, reader, on_watch)
     try:
         for _ in range(1 << 62):  # until the hub closes the stream
-            data = os.read(stdin, READ_SIZE)
+            data = _read_all(stdin)
             if not data:
                 return 0 if session.decoder.pending == 0 else 1
             reply = session.receive(data)
