@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 import sej
 from sej.fsutil import syncfs_reports_errors
 from sej.hub import CopyError, LocalSource, Source, copy_all, copy_journal, destination_name
-from sej.hub.batch import CopyState, state_file
+from sej.hub.copy_state import CopyState, state_file
 from sej.hub.names import check_journal_name, check_segment_name
 from sej.layout import segment_name
 from sej.offset import read_offset_file

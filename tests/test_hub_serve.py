@@ -18,7 +18,7 @@ import pytest
 
 import sej
 from sej.hub import copy_all
-from sej.hub.batch import CopyState
+from sej.hub.copy_state import CopyState
 from sej.hub.location import Origin, open_sources
 from sej.hub.serve_source import Connection, ServeSource, ServeUnavailable, open_connection, serve_sources
 from sej.hub.sftp_source import SftpSource

@@ -18,17 +18,16 @@ journal at once (Source.many, whose SFTP requests are in flight together):
 4. copy each journal with copy_journal over what was read (`Prefetched`), several at once:
    the same checks, the same writes and fsyncs, reads it lacks go to the source;
 5. commit the hub offsets that changed, all at once (over the workers' channels), after every copy's fsync.
+
+A pass is a `_Pass`, each phase one of its methods; what it remembers for the next is a CopyState (sej.hub.copy_state).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
-import math
 import os
 import queue
-import random
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -36,15 +35,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, NamedTuple, Protocol
 
-from ..checksum import HEADER as SUM_HEADER
-from ..checksum import RECORD
 from ..errors import InvalidArgumentError, UnsafeFileError
-from ..fsutil import HAVE_SYNCFS, atomic_write, read_regular
-from ..layout import check_reader_name, list_segments, parse_segment_name, segment_dir, segment_name
+from ..fsutil import HAVE_SYNCFS
+from ..layout import list_segments, parse_segment_name, segment_name
 from ..shard.name import parse_shard
 from . import copy as hub_copy
 from .copy import CHECK_WINDOW, CopyResult, Destinations, SumsMark, SyncBatch, copy_journal, open_journals
-from .names import check_client_id, check_journal_name, destination_name
+from .copy_state import CopyState, Tail
+from .names import destination_name
 from .source import Call, Source, SourceSegment
 
 log = logging.getLogger("sej.hub")
@@ -70,10 +68,6 @@ instead of in two steps: on loopback the lstats it saves cost more than a round 
 
 PREFETCH_PER_ROUND = 64 << 20
 """Bytes read ahead for all journals at once: a pass handles its journals in rounds of about this much."""
-
-SWEEP_EVERY = 3600.0
-"""Seconds between two sweeps of a journal's ofs/ on the source for the temp files that killed commits left
-(sej.offset.STALE_TEMP_AGE): a sweep lists ofs/, four more requests to a commit's eight."""
 
 
 class KeptSources(Protocol):
@@ -121,208 +115,6 @@ def seen_lag(segments: list[SourceSegment] | None, before: tuple[str, int] | Non
     lag_bytes, _ = _beyond(segments, *before, result.next_offset)
     _, producer_next = _beyond(segments, result.segment, result.size, result.next_offset)
     return lag_bytes, result.messages + producer_next - result.next_offset, producer_next
-
-
-class Tail(NamedTuple):
-    """The hub's copy of a journal after a pass: its last segment's name and size, and its next offset."""
-
-    segment: str
-    size: int
-    next_offset: int
-
-
-STATE_VERSION = 1
-MAX_STATE = 64 << 20
-"""The largest state file read (a million journals' entries); a bigger one is ignored."""
-
-
-def state_file(source: str, dest_root: str, client_id: str, reader: str) -> str:
-    """Where `sej copy` keeps the CopyState of one source, hub root, client id and reader between runs:
-    the user's cache ($XDG_CACHE_HOME, else ~/.cache) under sej/copy/, never in the hub root."""
-    key = "\0".join((source, os.path.realpath(dest_root), check_client_id(client_id), check_reader_name(reader)))
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(cache, "sej", "copy", hashlib.sha256(key.encode()).hexdigest()[:32] + ".json")
-
-
-class CopyState:
-    """What a client's passes remember between passes, so an unchanged journal costs two lstats.
-
-    `tails`: each journal's Tail after the last pass (trusted only while the hub's segment
-    file still has that size); `committed`: the hub offset known to be on the source; `sums`:
-    how far the producer's checksum file of that segment was read (a SumsMark, checked before use).
-
-    It is a cache, kept in `path` (`state_file`) when given: `load` ignores a missing,
-    unreadable or malformed file and any malformed entry, and `save` writes it only after a
-    change, atomically but without fsync. Losing it costs one pass a listing of every journal;
-    a stale one is caught by the size check of each tail, or at worst leaves an offset on the
-    source older than the hub's, until that journal's next change is copied.
-    """
-
-    def __init__(self, path: str | None = None) -> None:
-        self.path = path
-        self.tails: dict[str, Tail] = {}
-        self.committed: dict[str, int] = {}
-        self.sums: dict[str, SumsMark] = {}
-        # Journals probed grown whose copy made no progress, listed at this (hub segment, hub size, source size):
-        # not listed again until one of them changes (kept in memory only).
-        self.stalled: dict[str, tuple[str, int, int]] = {}
-        # Commits deferred (the daemon's commit_interval, 0: none): journal -> the hub offset to commit on the
-        # source, and when each journal was last committed (time.monotonic) with the fraction of commit_interval
-        # after which its next commit is due, so a changed commit_interval applies at once; in memory only.
-        self.commit_interval = 0.0
-        self.pending: dict[str, int] = {}
-        self.commit_due: dict[str, tuple[float, float]] = {}
-        # When each journal's ofs/ was last swept of stale commit temp files (time.time(), saved), and how often.
-        self.swept: dict[str, float] = {}
-        self.sweep_every = SWEEP_EVERY
-        self.changed = False
-
-    @classmethod
-    def load(cls, path: str) -> CopyState:
-        state = cls(path)
-        try:
-            raw = json.loads(read_regular(path, MAX_STATE + 1))
-        except FileNotFoundError:
-            return state
-        except (OSError, ValueError, UnsafeFileError) as e:
-            log.warning("%s: ignoring the hub's copy state (%s); this pass lists every journal", path, e)
-            return state
-        entries = raw.get("journals") if isinstance(raw, dict) and raw.get("version") == STATE_VERSION else None
-        for journal, entry in (entries if isinstance(entries, dict) else {}).items():
-            try:
-                check_journal_name(journal)
-                seg, size, next_offset, committed, *more = entry
-                if (parse_segment_name(seg) is None or not all(type(v) is int and v >= 0 for v in (size, next_offset))
-                        or not (committed is None or (type(committed) is int and committed >= 0))):  # fmt: skip
-                    continue
-            except (InvalidArgumentError, TypeError, ValueError):
-                continue  # a malformed entry: that journal is listed
-            state.tails[journal] = Tail(seg, size, next_offset)
-            if committed is not None:
-                state.committed[journal] = committed
-            mark = _load_mark(seg, more[0] if len(more) == 1 else None)
-            if mark is not None:
-                state.sums[journal] = mark
-        swept = raw.get("swept") if entries is not None else None
-        for journal, at in (swept if isinstance(swept, dict) else {}).items():
-            if journal in state.tails and type(at) is float and math.isfinite(at):  # saved from time.time()
-                state.swept[journal] = at
-        return state
-
-    def save(self) -> None:
-        """Write the state to `path` if it changed since loaded or saved; an error is only logged."""
-        if self.path is None or not self.changed:
-            return
-        entries = {j: [t.segment, t.size, t.next_offset, self.committed.get(j), *_saved_mark(t, self.sums.get(j))]
-                   for j, t in self.tails.items()}  # fmt: skip
-        swept = {j: at for j, at in self.swept.items() if j in self.tails}
-        data = json.dumps({"version": STATE_VERSION, "journals": entries, "swept": swept},
-                          separators=(",", ":")).encode()  # fmt: skip
-        try:
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            try:
-                atomic_write(self.path, data, durable=False)
-            except UnsafeFileError:  # not a regular file (load ignored it): our cache's name, so replaced
-                os.unlink(self.path)
-                atomic_write(self.path, data, durable=False)
-            self.changed = False
-        except (OSError, UnsafeFileError) as e:
-            log.warning("%s: cannot save the hub's copy state: %s", self.path, e)
-
-    def tail(self, journal: str, dest_dir: str) -> Tail | None:
-        t = self.tails.get(journal)
-        if t is None or not t.segment:
-            return None
-        try:
-            if os.stat(os.path.join(segment_dir(dest_dir), t.segment), follow_symlinks=False).st_size == t.size:
-                return t
-        except OSError:
-            pass
-        del self.tails[journal]
-        self.changed = True
-        return None
-
-    def remember(self, result: CopyResult) -> None:
-        t = Tail(result.segment, result.size, result.next_offset)
-        if self.tails.get(result.journal) != t:
-            self.tails[result.journal] = t
-            self.changed = True
-        mark = result.sums if result.sums is not None else self.sums.get(result.journal)
-        if mark is not None and mark.segment != result.segment:
-            mark = None  # of a segment the hub has finished
-        if self.sums.get(result.journal) != mark:
-            if mark is None:
-                del self.sums[result.journal]
-            else:
-                self.sums[result.journal] = mark
-            self.changed = True
-
-    def mark(self, journal: str) -> SumsMark | None:
-        return self.sums.get(journal)
-
-    def keep_only(self, journals: set[str]) -> None:
-        """Forget the journals a pass no longer found on the source."""
-        per_journal: tuple[dict[str, Any], ...] = (self.tails, self.committed, self.sums, self.stalled, self.pending,
-                                                    self.commit_due, self.swept)  # fmt: skip
-        for gone in set().union(*per_journal) - journals:
-            for entries in per_journal:
-                entries.pop(gone, None)
-            self.changed = True
-
-    def expected(self, journal: str) -> int | None:
-        """The hub offset on the source once the pending commit (if any) is made: what the hub has committed."""
-        return self.pending.get(journal, self.committed.get(journal))
-
-    def defer(self, journal: str, value: int, now: float) -> bool:
-        """Whether the commit of `value` waits, kept pending: the journal's next commit is not due yet (the first
-        one always is)."""
-        if self.commit_interval <= 0 or self._is_due(journal, now):
-            return False
-        self.pending[journal] = value
-        return True
-
-    def due(self, now: float, everything: bool = False) -> list[tuple[str, int]]:
-        """The pending commits that are due (`everything`, or no commit_interval: all of them)."""
-        every = everything or self.commit_interval <= 0
-        return [(j, v) for j, v in self.pending.items() if every or self._is_due(j, now)]
-
-    def sweep_due(self, journal: str, now: float) -> bool:
-        """Whether a commit of `journal` at `now` (time.time()) also sweeps its ofs/ (SWEEP_EVERY, `sweep_every`)."""
-        last = self.swept.get(journal)
-        return last is None or not last <= now < last + self.sweep_every  # also when the clock went back
-
-    def _is_due(self, journal: str, now: float) -> bool:
-        last = self.commit_due.get(journal)
-        return last is None or now >= last[0] + self.commit_interval * last[1]
-
-    def remember_committed(self, journal: str, value: int | None, at: float | None = None) -> None:
-        """`value` is the hub offset on the source (None: not known); `at`: a commit made then."""
-        if value is None or at is not None or self.pending.get(journal) == value:
-            self.pending.pop(journal, None)  # a commit made carries the latest offset
-        if at is not None:
-            # Due again in 1/2 to 1 commit_interval: journals copied together (every one, in a busy pass) spread
-            # their commits over the following passes instead of all coming due in one.
-            self.commit_due[journal] = (at, 0.5 + 0.5 * random.random())
-        if self.committed.get(journal) != value:
-            if value is None:
-                del self.committed[journal]
-            else:
-                self.committed[journal] = value
-            self.changed = True
-
-
-def _load_mark(segment: str, raw: Any) -> SumsMark | None:
-    """A SumsMark from a state file's entry ([offset, end, digest]); None when malformed."""
-    if not (isinstance(raw, list) and len(raw) == 3 and all(type(v) is int and v >= 0 for v in raw)):
-        return None
-    offset, end, digest = raw
-    if offset < SUM_HEADER.size + RECORD.size or (offset - SUM_HEADER.size) % RECORD.size or digest >= 1 << 64:
-        return None
-    return SumsMark(segment, offset, end, digest)
-
-
-def _saved_mark(tail: Tail, mark: SumsMark | None) -> list[list[int]]:
-    return [[mark.offset, mark.end, mark.digest]] if mark is not None and mark.segment == tail.segment else []
 
 
 class Prefetched:
@@ -538,189 +330,285 @@ def copy_all(
     `kept` gives the workers' sources kept between passes (the daemon's): each journal's reads and commits
     then go to the same one every pass, which keeps the journal's last segment and checksum file open.
     """
-    os.makedirs(dest_root, exist_ok=True)
-    state = state if state is not None else CopyState()
-    # Without the daemon's, the pass keeps the hub's journals open itself: a copy that goes on in a further
-    # layer (see below) must find its journal as the layer before left it, durable, not reopened.
-    own_destinations = destinations is None
-    if destinations is None:
-        destinations = Destinations(open_journals())
-    # The lister (the probe, listings, look-ups in this thread) is kept too: no channel opened per pass.
-    lister = kept(workers) if kept is not None else make_source()
-    local = threading.local()
-    sources: list[Source] = [] if kept is not None else [lister]
-    sources_lock = threading.Lock()
+    return _Pass(make_source, dest_root, client_id, reader, workers, stop, on_bytes, on_skip, state, destinations,
+                 kept).run()  # fmt: skip
 
-    # Far away, a worker's SFTP channel costs four round trips (open, subsystem, init, the source's first look):
-    # opened ahead, in threads of their own, while the pass lists and probes (an idle pass closes them unused).
-    # Nearby that saves nothing, and an idle pass would start sftp-servers for nothing.
-    opening = _Opening(make_source)
-    if kept is None and lister.remote and lister.round_trip >= PROBE_TOGETHER_RTT:
-        opening.start(workers)
 
-    def own_source() -> Source:
-        src = getattr(local, "source", None)
+_Copied = tuple[_Plan, JournalOutcome, Prefetched]
+"""A journal's plan, the outcome of its copy, and the Prefetched source it copied from (its commit)."""
+
+
+class _Pass:
+    """One pass of `copy_all`, its phases in the order `run` calls them: find the journals and plan each one, probe
+    those the state knows, list the others, then in rounds read ahead, copy, sync and commit; follow up the journals
+    that rolled over meanwhile; commit the deferred offsets now due; close."""
+
+    def __init__(
+        self,
+        make_source: Callable[[], Source],
+        dest_root: str,
+        client_id: str,
+        reader: str,
+        workers: int,
+        stop: threading.Event | None,
+        on_bytes: Callable[[int], None] | None,
+        on_skip: Callable[[str, str], None] | None,
+        state: CopyState | None,
+        destinations: Destinations | None,
+        kept: KeptSources | None,
+    ) -> None:
+        self.dest_root, self.client_id, self.reader, self.workers = dest_root, client_id, reader, workers
+        self.stop, self.on_bytes, self.on_skip, self.kept = stop, on_bytes, on_skip, kept
+        os.makedirs(dest_root, exist_ok=True)
+        self.state = state if state is not None else CopyState()
+        # Without the daemon's, the pass keeps the hub's journals open itself: a copy that goes on in a further
+        # layer (see copy) must find its journal as the layer before left it, durable, not reopened.
+        self.own_destinations = destinations is None
+        self.destinations = destinations if destinations is not None else Destinations(open_journals())
+        # The lister (the probe, listings, look-ups in this thread) is kept too: no channel opened per pass.
+        self.lister = kept(workers) if kept is not None else make_source()
+        self.local = threading.local()
+        self.sources: list[Source] = [] if kept is not None else [self.lister]
+        self.sources_lock = threading.Lock()
+        # Far away, a worker's SFTP channel costs four round trips (open, subsystem, init, the source's first look):
+        # opened ahead, in threads of their own, while the pass lists and probes (an idle pass closes them unused).
+        # Nearby that saves nothing, and an idle pass would start sftp-servers for nothing.
+        self.opening = _Opening(make_source)
+        if kept is None and self.lister.remote and self.lister.round_trip >= PROBE_TOGETHER_RTT:
+            self.opening.start(workers)
+        self.let_go: set[str] = set()  # journals whose files the kept sources are to let go of: gone, failed or stalled
+        self.took = _Phases()
+        self.outcomes: dict[str, JournalOutcome] = {}
+        self.remote = False
+        self.reads_seen = False
+        self.idle: queue.SimpleQueue[int] = queue.SimpleQueue()  # the kept sources a copy may borrow
+        self.pool: ThreadPoolExecutor | None = None  # the workers' calls and big copies (while `run` copies)
+        self.local_pool: ThreadPoolExecutor | None = None  # the copies of what was read ahead
+
+    def run(self) -> list[JournalOutcome]:
+        try:
+            journals = self.find_journals()
+            plans = self.plan(journals)
+            # Over SFTP, reads and commits go over the workers' channels; a local source's calls stay in this
+            # thread (a daemon thread in sej-hub): one stuck in the kernel must not hold up the process's exit,
+            # as a pool thread would.
+            self.remote = self.lister.remote
+            self.reads_seen = self.lister.reads_seen  # SftpSource.read_seen: a read without an lstat first
+            for k in range(self.workers if self.kept is not None else 0):
+                self.idle.put(k)
+            work = self.probe(plans)
+            unchanged = len(plans) - len(work)
+            calls_at_most = max(len(work), len(self.state.pending))  # channels: a pass's copies, or its commits due
+            ways, copying = max(1, min(self.workers, calls_at_most)), max(1, min(self.workers, COPY_THREADS))
+            with ThreadPoolExecutor(max_workers=ways) as self.pool, ThreadPoolExecutor(copying) as self.local_pool:
+                for _ in range(MAX_FOLLOW_UPS + 1):
+                    self.list_work(work)
+                    grown, stalled = self.copy_rounds(work)
+                    self.let_go |= stalled
+                    work = self.follow_up(grown, stalled)
+                    if not work:
+                        break
+                self.commit_due()
+            if self.kept is not None:
+                self.kept.forget(self.let_go)
+                self.kept.tidy()
+            log.debug("%s: %d journals, %d probed unchanged; %s", self.lister.describe(""), len(journals), unchanged,
+                      self.took)  # fmt: skip
+            return [self.outcomes[j] for j in journals if j in self.outcomes]
+        finally:
+            self.close()
+
+    def stopped(self) -> bool:
+        return self.stop is not None and self.stop.is_set()
+
+    def own_source(self) -> Source:
+        """This thread's own source (a worker's channel), opened ahead or now; closed with the pass."""
+        src = getattr(self.local, "source", None)
         if src is None:
-            src = local.source = opening.take()
-            with sources_lock:
-                sources.append(src)
+            src = self.local.source = self.opening.take()
+            with self.sources_lock:
+                self.sources.append(src)
         return src
 
-    let_go: set[str] = set()  # journals whose files the kept sources are to let go of: gone, failed or stalled
-    took = _Phases()
-    try:
-        with took("journals"):
-            journals = lister.journals()
-        let_go.update(state.tails.keys() - set(journals))
-        state.keep_only(set(journals))
-        for name, why in sorted(lister.skipped().items()):
-            if on_skip is not None:
-                on_skip(name, why)
+    def spread(self, calls: list[Call]) -> list[Any]:
+        """`calls` over the workers' sources, each journal's to the same one."""
+        assert self.pool is not None
+        if self.kept is not None:
+            return _spread_kept(self.pool, self.kept, calls, self.workers)
+        return _spread(self.pool, self.own_source, calls, self.workers)
+
+    def many(self) -> Callable[[list[Call]], list[Any]]:
+        """Where the reads and commits go: the workers' sources over SFTP, the lister's thread locally."""
+        return self.spread if self.remote else self.lister.many
+
+    def find_journals(self) -> list[str]:
+        """The source's journals; those the state knows no longer are forgotten, and what is not one is reported."""
+        with self.took("journals"):
+            journals = self.lister.journals()
+        self.let_go.update(self.state.tails.keys() - set(journals))
+        self.state.keep_only(set(journals))
+        for name, why in sorted(self.lister.skipped().items()):
+            if self.on_skip is not None:
+                self.on_skip(name, why)
             else:
-                log.warning("%s: skipping %r: %s", lister.describe(""), name, why)
-        outcomes: dict[str, JournalOutcome] = {}
+                log.warning("%s: skipping %r: %s", self.lister.describe(""), name, why)
+        return journals
+
+    def plan(self, journals: list[str]) -> list[_Plan]:
+        """A plan for each journal, with what the state knows of it; a journal whose hub name is invalid fails."""
         plans = []
         for j in journals:
             try:
-                d = os.path.join(dest_root, destination_name(client_id, j))
+                d = os.path.join(self.dest_root, destination_name(self.client_id, j))
             except InvalidArgumentError as e:  # a name no journal of ours can have: that journal fails
-                log.error("%s", e, extra={"client": client_id, "journal": j})
-                outcomes[j] = JournalOutcome(j, None, e)
+                log.error("%s", e, extra={"client": self.client_id, "journal": j})
+                self.outcomes[j] = JournalOutcome(j, None, e)
                 continue
-            plans.append(_Plan(j, d, state.tail(j, d), state.expected(j), state.mark(j)))
-        # Over SFTP, reads and commits go over the workers' channels; a local source's calls stay in this
-        # thread (a daemon thread in sej-hub): one stuck in the kernel must not hold up the process's exit,
-        # as a pool thread would.
-        remote = lister.remote
-        reads_seen = lister.reads_seen  # SftpSource.read_seen: a read without an lstat first
+            plans.append(_Plan(j, d, self.state.tail(j, d), self.state.expected(j), self.state.mark(j)))
+        return plans
 
-        def spread(calls: list[Call]) -> list[Any]:
-            if kept is not None:
-                return _spread_kept(pool, kept, calls, workers)
-            return _spread(pool, own_source, calls, workers)
-
-        idle: queue.SimpleQueue[int] = queue.SimpleQueue()  # the kept sources a copy may borrow
-        for k in range(workers if kept is not None else 0):
-            idle.put(k)
-        with took("probe"):
-            work = _probe(lister, plans, outcomes)
+    def probe(self, plans: list[_Plan]) -> list[_Plan]:
+        """The plans left to copy after the probe (_probe); when some grew, the unchanged ones are probed again."""
+        with self.took("probe"):
+            work = _probe(self.lister, plans, self.outcomes)
             if any(p.grown for p in work):
                 # Writers are appending: one that appended just after the probe looked at its journal would wait for
                 # this pass's copies and the next probe. The journals found unchanged are looked at once more, now.
                 listed = {p.journal for p in work}
-                work += _probe(lister, [p for p in plans if p.journal not in listed], outcomes)
-        unchanged = len(plans) - len(work)
-        calls_at_most = max(len(work), len(state.pending))  # channels: a pass's copies, or its commits due
-        with (ThreadPoolExecutor(max_workers=max(1, min(workers, calls_at_most))) as pool,
-              ThreadPoolExecutor(max_workers=max(1, min(workers, COPY_THREADS))) as local_pool):  # fmt: skip
+                work += _probe(self.lister, [p for p in plans if p.journal not in listed], self.outcomes)
+        return work
 
-            def one(p: _Plan, synced: SyncBatch | None) -> tuple[_Plan, JournalOutcome, Prefetched]:
-                borrowed: list[int] = []
+    def list_work(self, work: list[_Plan]) -> None:
+        """List the segments of the journals the probe did not settle (_list)."""
+        with self.took("list"):
+            _list(self.lister, work, self.reader)
 
-                def source() -> Source:
-                    if kept is None:
-                        return own_source()
-                    # A kept source, idle while the pass copies (the reads and commits, which use them, are not
-                    # under way): no channel opened per pass. Given back when this copy ends.
-                    k = idle.get()
-                    borrowed.append(k)
-                    return kept(k)
+    def copy_rounds(self, work: list[_Plan]) -> tuple[list[_Plan], set[str]]:
+        """Read, copy, sync and commit `work` in rounds (_rounds); the probed journals that grew, and those of them
+        that copied nothing (stalled, listed next: see _rolled_over)."""
+        # The probe and the listing have just lstat'ed every segment the first round reads: no lstat again there (a
+        # round later, after copies and syncs, each read lstats its segment itself).
+        seen = self.reads_seen
+        grown: list[_Plan] = []
+        stalled: set[str] = set()
+        for batch in _rounds(work):
+            if self.stopped():
+                break
+            self.read(batch, seen)
+            seen = False
+            done = self.copy(batch)
+            self.record(done, grown, stalled)
+            self.commit(done)
+        return grown, stalled
 
-                src = Prefetched(source, p.segments, p.data, p.committed, p.sums, p.mark, lister)
-                try:
-                    result = copy_journal(src, p.journal, dest_root, client_id, reader, stop, on_bytes,
-                                          destinations=destinations, batch=synced)  # fmt: skip
-                    return p, JournalOutcome(p.journal, result, None, *seen_lag(p.segments, p.hub_tail, result)), src
-                except Exception as e:  # reported per journal; the others go on
-                    log.error("%s", e, extra={"client": client_id, "journal": p.journal})
-                    return p, JournalOutcome(p.journal, None, e), src
-                finally:
-                    for k in borrowed:
-                        idle.put(k)
+    def read(self, batch: list[_Plan], seen: bool) -> None:
+        """Read ahead a round's new bytes (_read)."""
+        with self.took("read"):
+            _read(self.many(), batch, seen)
 
-            def layer(plans: list[_Plan], synced: SyncBatch | None) -> list[tuple[_Plan, JournalOutcome, Prefetched]]:
-                """Copy `plans` (the big ones reading on the workers' channels); with `synced`, made durable by it."""
-                try:
-                    with took("copy"):
-                        big = [pool.submit(one, p, synced) for p in plans if p.big]
-                        done = list(local_pool.map(lambda p: one(p, synced), [p for p in plans if not p.big]))
-                        done += [f.result() for f in big]
-                    if synced is not None:
-                        with took("sync"):
-                            done = _sync(synced, done, client_id)
-                    return done
-                finally:
-                    if synced is not None:
-                        synced.close()
+    def copy(self, batch: list[_Plan]) -> list[_Copied]:
+        """Copy a round's journals, in layers of a segment each.
 
-            for _ in range(MAX_FOLLOW_UPS + 1):
-                with took("list"):
-                    _list(lister, work, reader)
-                # The probe and this listing have just lstat'ed every segment the first round reads: no lstat again
-                # there (a round later, after copies and syncs, each read lstats its segment itself).
-                seen = reads_seen
-                grown: list[_Plan] = []
-                stalled: set[str] = set()  # grown, yet copied nothing: listed next (see _rolled_over)
-                for batch in _rounds(work):
-                    if stop is not None and stop.is_set():
-                        break
-                    with took("read"):
-                        _read(spread if remote else lister.many, batch, seen)
-                    seen = False
+        Many copies: one syncfs makes them durable together, not an fsync each. Such a copy stops before a next
+        segment while the current one is not durable (recovery looks at the last one only); it goes on after the
+        syncfs, in a further layer."""
+        batched = len(batch) >= SYNCFS_FROM and HAVE_SYNCFS
+        done = self.layer(batch, SyncBatch(self.dest_root, self.destinations) if batched else None)
+        index = {p.journal: k for k, (p, _o, _src) in enumerate(done)}
+        again = [p for p, o, _src in done if _more(o)]
+        for _ in range(max((len(p.segments or ()) for p in again), default=0)):  # each rolls over once
+            if not again or self.stopped():
+                break
+            synced = SyncBatch(self.dest_root, self.destinations) if len(again) >= SYNCFS_FROM else None
+            for p, o, src in self.layer(again, synced):
+                k = index[p.journal]
+                done[k] = (p, _continued(p, done[k][1], o), src if o.result is not None else done[k][2])
+            again = [p for p in again if _more(done[index[p.journal]][1])]
+        return done
 
-                    # Many copies: one syncfs makes them durable together, not an fsync each. Such a copy stops
-                    # before a next segment while the current one is not durable (recovery looks at the last one
-                    # only); it goes on after the syncfs, in layers of a segment each.
-                    batched = len(batch) >= SYNCFS_FROM and HAVE_SYNCFS
-                    done = layer(batch, SyncBatch(dest_root, destinations) if batched else None)
-                    index = {p.journal: k for k, (p, _o, _src) in enumerate(done)}
-                    again = [p for p, o, _src in done if _more(o)]
-                    for _ in range(max((len(p.segments or ()) for p in again), default=0)):  # each rolls over once
-                        if not again or (stop is not None and stop.is_set()):
-                            break
-                        synced = SyncBatch(dest_root, destinations) if len(again) >= SYNCFS_FROM else None
-                        for p, o, src in layer(again, synced):
-                            k = index[p.journal]
-                            done[k] = (p, _continued(p, done[k][1], o), src if o.result is not None else done[k][2])
-                        again = [p for p in again if _more(done[index[p.journal]][1])]
-                    for p, outcome, _src in done:
-                        p.data, p.sums = {}, {}  # the bytes are written: free them before the next round
-                        outcomes[p.journal] = _added(outcomes.get(p.journal), outcome)
-                        if outcome.error is not None:
-                            let_go.add(p.journal)
-                        if p.grown and outcome.result is not None:
-                            grown.append(p)
-                            if _stalled(p, outcome.result, state):
-                                stalled.add(p.journal)
-                    with took("commit"):
-                        _commit(spread if remote else lister.many, done, reader, state, outcomes, client_id)
-                let_go |= stalled
-                with took("probe"):
-                    work = _rolled_over(lister, grown, state, stalled)
-                if not work:
-                    break
-            with took("commit"):  # the deferred commits now due; on stop, all of them
-                _commit_pending(spread if remote else lister.many, state, reader, outcomes, client_id,
-                                everything=stop is not None and stop.is_set())  # fmt: skip
-        if kept is not None:
-            kept.forget(let_go)
-            kept.tidy()
-        log.debug("%s: %d journals, %d probed unchanged; %s", lister.describe(""), len(journals), unchanged,
-                  took)  # fmt: skip
-        return [outcomes[j] for j in journals if j in outcomes]
-    finally:
+    def layer(self, plans: list[_Plan], synced: SyncBatch | None) -> list[_Copied]:
+        """Copy `plans` (the big ones reading on the workers' channels); with `synced`, made durable by it."""
+        assert self.pool is not None and self.local_pool is not None
         try:
-            if kept is not None and let_go:  # a pass that failed: closed by the next pass's tidy
-                kept.forget(let_go)
-            state.save()
+            with self.took("copy"):
+                big = [self.pool.submit(self.copy_one, p, synced) for p in plans if p.big]
+                done = list(self.local_pool.map(lambda p: self.copy_one(p, synced), [p for p in plans if not p.big]))
+                done += [f.result() for f in big]
+            if synced is not None:
+                with self.took("sync"):
+                    done = _sync(synced, done, self.client_id)
+            return done
+        finally:
+            if synced is not None:
+                synced.close()
+
+    def copy_one(self, p: _Plan, synced: SyncBatch | None) -> _Copied:
+        """Copy one journal with copy_journal over what was read ahead; its error is its outcome."""
+        borrowed: list[int] = []
+
+        def source() -> Source:
+            if self.kept is None:
+                return self.own_source()
+            # A kept source, idle while the pass copies (the reads and commits, which use them, are not under way):
+            # no channel opened per pass. Given back when this copy ends.
+            k = self.idle.get()
+            borrowed.append(k)
+            return self.kept(k)
+
+        src = Prefetched(source, p.segments, p.data, p.committed, p.sums, p.mark, self.lister)
+        try:
+            result = copy_journal(src, p.journal, self.dest_root, self.client_id, self.reader, self.stop,
+                                  self.on_bytes, destinations=self.destinations, batch=synced)  # fmt: skip
+            return p, JournalOutcome(p.journal, result, None, *seen_lag(p.segments, p.hub_tail, result)), src
+        except Exception as e:  # reported per journal; the others go on
+            log.error("%s", e, extra={"client": self.client_id, "journal": p.journal})
+            return p, JournalOutcome(p.journal, None, e), src
+        finally:
+            for k in borrowed:
+                self.idle.put(k)
+
+    def record(self, done: list[_Copied], grown: list[_Plan], stalled: set[str]) -> None:
+        """Add a round's outcomes to the pass's, and note the probed journals that grew (and those that stalled)."""
+        for p, outcome, _src in done:
+            p.data, p.sums = {}, {}  # the bytes are written: free them before the next round
+            self.outcomes[p.journal] = _added(self.outcomes.get(p.journal), outcome)
+            if outcome.error is not None:
+                self.let_go.add(p.journal)
+            if p.grown and outcome.result is not None:
+                grown.append(p)
+                if _stalled(p, outcome.result, self.state):
+                    stalled.add(p.journal)
+
+    def commit(self, done: list[_Copied]) -> None:
+        """Commit a round's hub offsets, all at once, after its copies are durable (_commit)."""
+        with self.took("commit"):
+            _commit(self.many(), done, self.reader, self.state, self.outcomes, self.client_id)
+
+    def follow_up(self, grown: list[_Plan], stalled: set[str]) -> list[_Plan]:
+        """The grown journals whose writer rolled over while the pass copied them (_rolled_over)."""
+        with self.took("probe"):
+            return _rolled_over(self.lister, grown, self.state, stalled)
+
+    def commit_due(self) -> None:
+        """Commit the deferred hub offsets now due; on stop, all of them."""
+        with self.took("commit"):
+            _commit_pending(self.many(), self.state, self.reader, self.outcomes, self.client_id,
+                            everything=self.stopped())  # fmt: skip
+
+    def close(self) -> None:
+        """Save the state, close the pass's sources and, unless the daemon's, the hub journals it kept open."""
+        try:
+            if self.kept is not None and self.let_go:  # a pass that failed: closed by the next pass's tidy
+                self.kept.forget(self.let_go)
+            self.state.save()
         finally:
             try:
-                opening.close()
-                for s in sources:
+                self.opening.close()
+                for s in self.sources:
                     s.close()
             finally:
-                if own_destinations:
-                    destinations.close()
+                if self.own_destinations:
+                    self.destinations.close()
 
 
 class _Opening:
@@ -1060,4 +948,4 @@ def _commit_now(many: Callable[[list[Call]], list[Any]], state: CopyState, reade
                 state.changed = True
 
 
-__all__ = ["CopyState", "JournalOutcome", "Prefetched", "Tail", "commit_pending", "copy_all", "state_file"]
+__all__ = ["JournalOutcome", "Prefetched", "commit_pending", "copy_all"]

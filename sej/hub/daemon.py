@@ -40,9 +40,10 @@ from typing import IO, Any
 from ..errors import ChecksumError, CorruptionError, SejError
 from ..layout import HUB_LOCK
 from ..lock import lock_file
-from .batch import CopyState, JournalOutcome, commit_pending, copy_all
+from .batch import JournalOutcome, commit_pending, copy_all
 from .config import ClientConfig, HubConfig
 from .copy import CopyError, Destinations, SumsMark, open_journals
+from .copy_state import CopyState
 from .location import KeptOf, Sources, open_sources, transport_errors
 from .source import CONNECT_TIMEOUT, IO_TIMEOUT, Call, Source, SourceError, SourceSegment
 from .status import JournalPass, StatusBook

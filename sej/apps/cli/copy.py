@@ -10,7 +10,8 @@ from collections.abc import Callable
 
 import click
 
-from ...hub.batch import CopyState, JournalOutcome, copy_all, state_file
+from ...hub.batch import JournalOutcome, copy_all
+from ...hub.copy_state import CopyState, state_file
 from ...hub.location import TRANSPORTS, Origin, open_sources, parse_location
 from ...hub.names import check_client_id
 from ...hub.source import Source
