@@ -22,8 +22,9 @@ from .. import index as idx
 from ..appender import SegmentAppender
 from ..checksum import BLOCK, RECORD, Sum, Verifier, check_header, parse_records
 from ..checksum import HEADER as SUM_HEADER
+from ..chunks import BigFrame, FrameChunks
 from ..errors import SejError
-from ..frames import HEADER, I32, NO_TIMESTAMP, frame_total, walk_frames
+from ..frames import HEADER, I32, NO_TIMESTAMP, Frames, Problem, walk_frames
 from ..fsutil import allow_open_files, fsync_dir, open_dir, sync_file_system, syncfs_reports_errors
 from ..layout import index_dir, list_segments, segment_dir, segment_name, segment_path, writer_lock_path
 from ..lock import lock_journal
@@ -41,6 +42,9 @@ SYNC_EVERY = 64 << 20
 
 CHECK_WINDOW = 4096
 """Bytes at the end of the destination compared with the source before every copy."""
+
+NO_END = 1 << 63
+"""The end of a source segment's range where no checksums bound it: its reads end where the file ends."""
 
 VERIFY = True
 """Check copied bytes against the producer's checksums. Only the benchmark turns this off, to measure the cost."""
@@ -755,25 +759,44 @@ def _copy_segment_checked(
     chunk: int,
     sums: _SumCheck | None,
 ) -> tuple[int, int, bool]:
+    """_copy_segment's loop: the source's bytes from the hub's end read with the one chunked frame reader
+    (sej.chunks), walked (and checked against `sums`) a chunk at a time; a frame bigger than a chunk is
+    checked by its trailing size field and then streamed (_copy_big_frame), so memory stays bounded
+    whatever size a frame claims."""
     assert dest.next is not None and dest.index is not None
     index = dest.index.index
     next_entry = next_entry_after(index)
     messages = copied = 0
-    want = chunk
-    while stop is None or not stop.is_set():
-        pos = dest.size
-        ask = want if sums is None or sums.limit is None else min(want, sums.limit - pos)
-        if ask <= 0:
-            if sums is not None and sums.beyond:
-                sums.at_end(source.size(journal, seg.name))  # checked once the listed bytes are copied
-            return messages, copied, True  # the rest is not covered by checksums yet
-        data = source.read(journal, seg.name, pos, ask)
-        if not data:
-            return messages, copied, True
+    if stop is not None and stop.is_set():
+        return messages, copied, True
+    limit = None if sums is None else sums.limit  # in the last segment, bytes past it wait for their checksums
+
+    def read(pos: int, n: int) -> bytes:
+        return source.read(journal, seg.name, pos, n)
+
+    def step(data: bytes, n: int, at: int) -> tuple[tuple[Frames, bytes], int, Problem | None]:
         if sums is not None:
-            sums.check(data, pos)
-        f = walk_frames(data, 0, len(data), pos, dest.next, dest.max_ts, next_entry, index)
-        if f.used:
+            sums.check(data, at)
+        assert dest.next is not None
+        f = walk_frames(data, 0, n, at, dest.next, dest.max_ts, next_entry, index)
+        return (f, data), f.used, f.problem
+
+    chunks = FrameChunks(read, dest.size, NO_END if limit is None else limit, step, chunk, grow=False)
+    for item in chunks:
+        if type(item) is BigFrame:
+            if not _copy_big_frame(source, journal, seg, dest, where, item, chunk, stop, on_bytes, sums):
+                return messages, copied, False
+            ts = HEADER.unpack_from(item.head, 0)[1]
+            if ts > dest.max_ts:
+                dest.max_ts = ts
+            if item.position >= next_entry:
+                index.add(dest.next, item.position, dest.max_ts)
+                next_entry = item.position + idx.INTERVAL
+            messages += 1
+            copied += item.total
+            dest.next += 1
+        else:
+            f, data = item
             dest.write(memoryview(data)[: f.used])
             if dest.unsynced >= SYNC_EVERY:
                 dest.sync()  # the offset on the source moves only after a sync (see copy_journal)
@@ -782,44 +805,30 @@ def _copy_segment_checked(
             dest.next, dest.max_ts, next_entry = f.next_offset, f.max_ts, f.next_entry
             if on_bytes is not None:
                 on_bytes(f.used)
-        if f.problem is None:
-            want = chunk
-            continue
-        if not f.problem.incomplete:
+        if stop is not None and stop.is_set():
+            return messages, copied, True
+    end = chunks.stop
+    assert end is not None
+    problem = end.problem
+    if problem is None:
+        if limit is not None and end.position >= limit and sums is not None and sums.beyond:
+            sums.at_end(source.size(journal, seg.name))  # checked once the listed bytes are copied
+        return messages, copied, True  # the end, or the rest is not covered by checksums yet
+    if not problem.incomplete:
+        raise CopyError(
+            f"{where}: corrupt frame in {source.describe(journal, seg.name)} at byte "
+            f"{problem.position}: {problem.reason}; copying stopped before it"
+        )
+    if not end.big:
+        # The end for now: a message still being written, unless whole frames follow it.
+        resume = chain_back(read, problem.position, end.end, dest.next)
+        if resume is not None:
             raise CopyError(
-                f"{where}: corrupt frame in {source.describe(journal, seg.name)} at byte "
-                f"{pos + f.used}: {f.problem.reason}; copying stopped before it"
+                f"{where}: corrupt frame in {source.describe(journal, seg.name)} at byte {problem.position}: "
+                f"{problem.reason}, but whole frames for offsets {resume.first_offset}..{resume.next_offset - 1} "
+                "follow it; copying stopped before it"
             )
-        start, avail = pos + f.used, len(data) - f.used
-        if len(data) < want:  # also at the end of what checksums cover
-            # The end for now: a message still being written, unless whole frames follow it.
-            resume = chain_back(lambda p, n: source.read(journal, seg.name, p, n), start, start + avail, dest.next)
-            if resume is not None:
-                raise CopyError(
-                    f"{where}: corrupt frame in {source.describe(journal, seg.name)} at byte {start}: "
-                    f"{f.problem.reason}, but whole frames for offsets {resume.first_offset}..{resume.next_offset - 1} "
-                    "follow it; copying stopped before it"
-                )
-            return messages, copied, False
-        total = frame_total(data, 0, len(data))
-        if f.used or total is None:
-            want = chunk if f.used else 2 * want  # read again from the unfinished frame's start
-            continue
-        # A frame bigger than a read: checked by its trailing size, then streamed in reads of `chunk`
-        # bytes, so that memory stays bounded whatever size a frame claims.
-        if not _copy_big_frame(source, journal, seg, dest, where, start, total, data, chunk, stop, on_bytes, sums):
-            return messages, copied, False
-        ts = HEADER.unpack_from(data, 0)[1]
-        if ts > dest.max_ts:
-            dest.max_ts = ts
-        if start >= next_entry:
-            index.add(dest.next, start, dest.max_ts)
-            next_entry = start + idx.INTERVAL
-        messages += 1
-        copied += total
-        dest.next += 1
-        want = chunk
-    return messages, copied, True
+    return messages, copied, False  # (a frame bigger than a read: not all there, or covered by checksums, yet)
 
 
 def _copy_big_frame(
@@ -828,30 +837,20 @@ def _copy_big_frame(
     seg: SourceSegment,
     dest: _Destination,
     where: str,
-    start: int,
-    total: int,
-    head: bytes,
+    big: BigFrame,
     chunk: int,
     stop: threading.Event | None,
     on_bytes: Callable[[int], None] | None,
     sums: _SumCheck | None = None,
 ) -> bool:
-    """Copy the `total`-byte frame at `start` whose first bytes are `head`; False if not all there yet.
+    """Copy the frame `big` (bigger than a read, its trailing size field checked by the reader) in reads of
+    `chunk` bytes from its first bytes read; False if a stop request came first.
 
-    Whatever stops it midway (a stop request, an error) cuts the destination back to `start`.
+    Whatever stops it midway (a stop request, an error) cuts the destination back to its start.
     """
-    if sums is not None and sums.limit is not None and start + total > sums.limit:
-        return False  # not all covered by checksums yet
-    trailer = source.read(journal, seg.name, start + total - 4, 4)
-    if len(trailer) < 4:
-        return False
-    if I32.unpack(trailer)[0] != total:
-        raise CopyError(
-            f"{where}: corrupt frame in {source.describe(journal, seg.name)} at byte {start}: its size field "
-            f"says {I32.unpack(trailer)[0]}, the frame is {total} bytes; copying stopped before it"
-        )
+    start, total = big.position, big.total
     done = 0
-    piece = head
+    piece = big.head
     try:
         while True:
             dest.write(piece)
