@@ -4,6 +4,7 @@ names, other readers), and a hostile server against the hub's Connection, over a
 from __future__ import annotations
 
 import os
+import re
 import socket
 import threading
 import time
@@ -56,14 +57,15 @@ class SocketChannel:
         self.sock.close()
 
 
-def serving(root: str, restrict: bool = False, asked: str | None = None, io_timeout: float = 10.0) -> Connection:
+def serving(root: str, restrict: bool = False, asked: str | None = None, io_timeout: float = 10.0,
+            versions: tuple[int, ...] = wire.VERSIONS) -> Connection:  # fmt: skip
     """A Connection to `serve(root)` running in a thread of this process, over a socketpair."""
     hub, server = socket.socketpair()
     fd = server.detach()
     t = threading.Thread(target=lambda: (serve(root, restrict=restrict, stdin=fd, stdout=fd), os.close(fd)),
                          daemon=True)  # fmt: skip
     t.start()
-    return Connection(SocketChannel(hub), "t", asked or root, io_timeout=scaled(io_timeout))
+    return Connection(SocketChannel(hub), "t", asked or root, io_timeout=scaled(io_timeout), versions=versions)
 
 
 def test_a_copy_through_serve_in_process_is_byte_identical(tmp_path) -> None:
@@ -213,7 +215,7 @@ def test_the_server_answers_any_input_with_frames_or_ends_the_stream(tmp_path, p
 # A hostile server against the hub.
 
 
-def hostile(script: Any) -> Connection:
+def hostile(script: Any, version: int = 1) -> Connection:
     """A Connection to a fake server: after a good hello, `script(calls) -> bytes` answers what the hub sent."""
     hub, server = socket.socketpair()
 
@@ -221,7 +223,10 @@ def hostile(script: Any) -> Connection:
         d = wire.Decoder()
         with server:
             for _ in range(1000):
-                data = server.recv(1 << 16)
+                try:
+                    data = server.recv(1 << 16)
+                except OSError:  # the hub closed the stream (it found the reply hostile)
+                    return
                 if not data:
                     return
                 d.feed(data)
@@ -233,7 +238,8 @@ def hostile(script: Any) -> Connection:
                     msgs.append(m)
                 for m in msgs:
                     try:
-                        server.sendall(wire.MAGIC + wire.encode(wire.server_hello(1, "x", "/r")) if m[0] == wire.HELLO
+                        server.sendall(wire.MAGIC + wire.encode(wire.server_hello(version, "x", "/r"))
+                                       if m[0] == wire.HELLO
                                        else script(m))  # fmt: skip
                     except OSError:
                         return
@@ -308,7 +314,7 @@ def test_the_server_pushes_the_journals_that_change_and_not_the_hubs_own_commits
     root = tmp_path / "root"
     produce(str(root), 100)
     first, second = sorted(os.listdir(root))[:2]
-    conn = serving(str(root))
+    conn = serving(str(root), versions=(1,))  # names only (version 2 pushes their state: see below)
     pushes: list[list[str]] = []
     got = threading.Event()
 
@@ -343,3 +349,96 @@ def test_a_run_of_commits_is_made_together_and_in_order_per_journal(tmp_path) ->
     finally:
         conn.close()
     assert [sej.Offset(str(root / j), "hub").value for j in journals] == [9] + [5] * (len(journals) - 1)
+
+
+def test_over_version_2_the_pushed_state_answers_the_listing_and_the_probe_without_a_call(tmp_path, monkeypatch
+                                                                                         ) -> None:  # fmt: skip
+    """The server pushes every journal's segments once the watch is on, then those of each journal that changes, as
+    listed after it changed: the hub answers journals, segments and size from them (no call, no round trip); reads
+    still go to the server. A state older than STATE_TRUST answers nothing until the new one it asks for comes."""
+    root = tmp_path / "root"
+    produce(str(root), 100)
+    journals = sorted(os.listdir(root))
+    j = journals[1]
+    conn = serving(str(root))
+    pushes: list[list[str]] = []
+    try:
+        assert conn.version == 2
+        conn.watch(pushes.append)
+        wait_until(lambda: conn.state is not None, scaled(10), "the whole state")
+        src = ServeSource(conn, "t")
+        sent = conn._next_id
+        assert src.journals() == journals
+        listed = [(os.path.basename(s.path), os.path.getsize(s.path)) for s in sej.list_segments(str(root / j))]
+        assert [(s.name, s.size) for s in src.segments(j)] == listed
+        assert src.size(j, listed[-1][0]) == listed[-1][1] and src.size(j, "f" * 16 + ".jnl") is None
+        assert conn._next_id == sent, "answered from the pushed state, without a call"
+        with sej.Writer(str(root / j), durability="flush") as w:
+            w.append(b"new")
+        last = sej.list_segments(str(root / j))[-1].path
+        wait_until(lambda: src.size(j, os.path.basename(last)) == os.path.getsize(last), scaled(10),
+                   "the append's size pushed")  # fmt: skip
+        assert [j] in pushes
+        assert conn._next_id == sent
+        assert src.read(j, os.path.basename(last), 0, 8) == open(last, "rb").read(8)
+        assert conn._next_id == sent + 1, "a read is a call"
+        monkeypatch.setattr("sej.hub.serve_source.STATE_TRUST", 0.0)  # every state too old: asked for again
+        at = conn.state_at
+        assert src.journals() == journals
+        assert conn._next_id == sent + 2, "an old state answers nothing"
+        wait_until(lambda: conn.state_at > at, scaled(10), "a new whole state, asked for")
+    finally:
+        conn.close()
+
+
+def test_a_hub_of_version_1_gets_names_only_and_asks(tmp_path) -> None:
+    root = tmp_path / "root"
+    produce(str(root), 50)
+    conn = serving(str(root), versions=(1,))
+    pushes: list[list[str]] = []
+    try:
+        assert conn.version == 1
+        conn.watch(pushes.append)
+        j = sorted(os.listdir(root))[0]
+        with sej.Writer(str(root / j), durability="flush") as w:
+            w.append(b"new")
+        wait_until(lambda: any(j in p or p == [] for p in pushes), scaled(10), "a push naming the journal")
+        sent = conn._next_id
+        assert ServeSource(conn, "t").journals() == sorted(os.listdir(root))
+        assert conn.state is None and conn._next_id == sent + 1
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize(
+    ("state", "why"),
+    [
+        ([wire.STATE, True, [["../x", []]], [], {}, False], "cannot be one"),
+        ([wire.STATE, True, [["p.1.000", []], ["p.1.000", []]], [], {}, False], "twice"),
+        ([wire.STATE, True, [["p.1.000", [["0" * 16 + ".jnl", -1]]]], [], {}, False], "integer from 0"),
+        ([wire.STATE, True, [["p.1.000", [["x.jnl", 1]]]], [], {}, False], "segments"),
+        ([wire.STATE, "yes", [], [], {}, False], "true or false"),
+        ([wire.STATE, True, [], ["../y"], {}, False], "cannot be one"),
+        ([wire.STATE, True, [], [], {}], "items"),
+        ([wire.STATE, True, [["p.1.000", list(range(wire.MAX_SEGMENTS + 1))]], [], {}, False], "at most"),
+    ],
+)
+def test_a_hostile_state_fails_the_stream_and_answers_nothing(state: list[Any], why: str) -> None:
+    conn = hostile(lambda m: wire.encode(state) if m[0] == wire.WATCH else b"", version=2)
+    try:
+        conn.watch(lambda journals: None)
+        wait_until(lambda: conn.failed is not None, scaled(5), "the stream failed")
+        assert re.search(why, str(conn.failed)), conn.failed
+        assert conn.state is None and conn.known([("journals",)]) is None
+    finally:
+        conn.close()
+
+
+def test_a_state_from_a_server_of_version_1_fails_the_stream() -> None:
+    conn = hostile(lambda m: wire.encode([wire.STATE, True, [], [], {}, False]) if m[0] == wire.WATCH else b"")
+    try:
+        conn.watch(lambda journals: None)
+        wait_until(lambda: conn.failed is not None, scaled(5), "the stream failed")
+        assert "a STATE message from the server" in str(conn.failed)
+    finally:
+        conn.close()

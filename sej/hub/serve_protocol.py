@@ -15,8 +15,13 @@ Every body is a msgpack array whose first item is its kind:
     [PART, id, bytes]                                     server -> hub: a piece of a bytes result, more follow
     [REPLY, id, value]                                    server -> hub: the result (bytes: its last piece)
     [ERROR, id, kind, message, detail]                    server -> hub: the call failed (id 0: the stream)
-    [WATCH, id]                                           hub -> server: push CHANGED until the stream ends
+    [WATCH, id]                                           hub -> server: push CHANGED (version 1) or STATE
+                                                          (version 2) until the stream ends; again: a full STATE
     [CHANGED, [journal, ...]]                             server -> hub: those journals' files changed
+    [STATE, full, [[journal, [[segment, size], ...] | None], ...], [gone journal, ...], {skipped: why}, more]
+                                                          server -> hub (version 2): the segments of the journals
+                                                          that changed, listed after they changed (None: ask);
+                                                          `full`: every journal (the first of `more` frames)
 
 Calls are pipelined: the hub sends as many as it likes, the server answers each in turn. The hub
 speaks first, so that a peer which is not `sej serve` (a shell saying `sej: not found`, an
@@ -40,8 +45,15 @@ from .names import check_journal_name, check_segment_name
 MAGIC = b"SEJSERV\x01"
 """The server's first bytes: whatever else answers (a shell, an sftp-server) is not `sej serve`."""
 
-VERSIONS = (1,)
-"""Protocol versions this sej speaks; the hello picks the highest both ends know."""
+VERSIONS = (1, 2)
+"""Protocol versions this sej speaks; the hello picks the highest both ends know. 2: pushes carry STATE (the changed
+journals' segments and sizes), so that the hub answers a pass's listing and probe without a round trip."""
+
+STATE_ENTRIES = 20_000
+"""Journals in one STATE frame at most (a full state of more goes in several, `more` set on all but the last)."""
+
+MAX_SEGMENTS = 1 << 16
+"""Segments of one journal in a STATE at most (more: sent as None, "ask")."""
 
 MAX_FRAME = 16 << 20
 """Largest frame either end accepts: a listing of about 500,000 segments; bytes go in PART pieces."""
@@ -63,9 +75,9 @@ MAX_NAME = 255
 
 MAX_U64 = (1 << 64) - 1
 
-HELLO, CALL, REPLY, PART_, ERROR, WATCH, CHANGED = range(7)
+HELLO, CALL, REPLY, PART_, ERROR, WATCH, CHANGED, STATE = range(8)
 KINDS = {HELLO: "HELLO", CALL: "CALL", REPLY: "REPLY", PART_: "PART", ERROR: "ERROR", WATCH: "WATCH",
-         CHANGED: "CHANGED"}  # fmt: skip
+         CHANGED: "CHANGED", STATE: "STATE"}  # fmt: skip
 
 METHODS: dict[str, tuple[type, ...]] = {
     "journals": (),
@@ -324,6 +336,47 @@ def parse_changed(msg: list[Any], most: int = 1 << 20) -> list[str]:
     if not isinstance(names, list) or len(names) > most:
         raise ProtocolError(f"a changed message must list at most {most} journals, got {_show(names)}")
     return [_journal(n) for n in names]
+
+
+State = dict[str, list[tuple[int, str, int]] | None]
+"""What a STATE tells: each journal's segments as (first offset, name, size), sorted; None: ask the server."""
+
+
+def state(full: bool, entries: list[tuple[str, list[tuple[str, int]] | None]], gone: list[str],
+          skipped: dict[str, str], more: bool = False) -> list[Any]:  # fmt: skip
+    return [STATE, full, [[j, None if segs is None else [list(s) for s in segs]] for j, segs in entries], gone,
+            skipped, more]  # fmt: skip
+
+
+def parse_state(msg: list[Any]) -> tuple[bool, State, list[str], dict[str, str], bool]:
+    """(full, state, gone, skipped, more) of a STATE, every name and size checked and every count bounded."""
+    _shape(msg, 6, "state")
+    full, entries, gone, skipped, more = msg[1:]
+    if type(full) is not bool or type(more) is not bool:
+        raise ProtocolError(f"a state's full and more must be true or false: {_show(msg[:2])}, {_show(more)}")
+    if not isinstance(entries, list) or len(entries) > STATE_ENTRIES:
+        raise ProtocolError(f"a state must list at most {STATE_ENTRIES} journals, got {_show(entries)}")
+    if not isinstance(gone, list) or len(gone) > STATE_ENTRIES:
+        raise ProtocolError(f"a state's gone journals must be a list of at most {STATE_ENTRIES}, got {_show(gone)}")
+    if not isinstance(skipped, dict) or len(skipped) > 1 << 16:
+        raise ProtocolError(f"a state's skipped must be a map of at most 65536 entries, got {_show(skipped)}")
+    out: State = {}
+    for entry in entries:
+        if not isinstance(entry, list) or len(entry) != 2:
+            raise ProtocolError(f"a state entry that is not [journal, segments]: {_show(entry)}")
+        name = _journal(entry[0])
+        if name in out:
+            raise ProtocolError(f"a state names {name} twice")
+        segs = entry[1]
+        if segs is None:
+            out[name] = None
+            continue
+        if not isinstance(segs, list) or len(segs) > MAX_SEGMENTS:
+            raise ProtocolError(f"a state's segments of {name}: not a list of at most {MAX_SEGMENTS}: {_show(segs)}")
+        out[name] = check_result("segments", [name], segs)
+    return (full, out, [_journal(g) for g in gone],
+            {_text(k, "a skipped name", MAX_NAME): _text(v, "why it was skipped") for k, v in skipped.items()},
+            more)  # fmt: skip
 
 
 def result_limit(method: str, args: list[Any]) -> int:

@@ -92,6 +92,9 @@ class Session:
         self.restrict = restrict
         self.reader = reader
         self.on_watch = on_watch
+        self.version = 0  # the protocol version the hello chose
+        self._asked = ""
+        self._watch_source: Any = None
         self.decoder = wire.Decoder()
         self.source: Any = None  # after the hello: a LocalSource (or _OneJournal)
         self.source_root = self.root  # the directory its journals are in
@@ -193,6 +196,7 @@ class Session:
     def _hello(self, msg: list[Any]) -> list[bytes]:
         versions, asked = wire.parse_hub_hello(msg)
         version = wire.choose_version(versions)
+        self.version = version or 0
         out = [wire.MAGIC]
         self.greeted = True
         if version is None:
@@ -201,12 +205,42 @@ class Session:
                                                  f"{versions[:8]}, this sej {list(wire.VERSIONS)}"))]  # fmt: skip
         try:
             self.source = self._open(asked)
+            self._asked = asked
         except (SejError, OSError) as e:
             self.ended = True
             return [*out, wire.encode(wire.error(0, "refused", str(e)))]
         from .. import __version__
 
         return [*out, wire.encode(wire.server_hello(version, __version__, self.source_root))]
+
+    def state_frames(self, names: list[str] | None) -> list[bytes]:
+        """STATE frames (protocol version 2) of the journals `names` (None: every journal, in several frames
+        if many): their segments as listed now, by a LocalSource of its own (the pusher's thread calls this)."""
+        source = self._watch_source
+        if source is None:
+            source = self._watch_source = self._open(self._asked)
+        if names is None or len(names) > wire.STATE_ENTRIES:
+            journals, skipped, gone = source.journals(), source.skipped(), []
+        else:
+            journals, skipped, gone = names, {}, []
+        entries: list[tuple[str, list[tuple[str, int]] | None]] = []
+        for j in journals:
+            try:
+                segs = source.segments(j)
+            except FileNotFoundError:
+                gone.append(j)
+                continue
+            except (SejError, OSError):  # the hub asks, and hears the error itself
+                entries.append((j, None))
+                continue
+            entries.append((j, None if len(segs) > wire.MAX_SEGMENTS else [(g.name, g.size) for g in segs]))
+        full = names is None or len(names) > wire.STATE_ENTRIES
+        if not full:
+            return [wire.encode(wire.state(False, entries, gone, {}))]
+        step = wire.STATE_ENTRIES
+        chunks = [entries[k : k + step] for k in range(0, len(entries), step)] or [[]]
+        return [wire.encode(wire.state(k == 0, chunk, [], skipped if k == 0 else {}, k < len(chunks) - 1))
+                for k, chunk in enumerate(chunks)]  # fmt: skip
 
     def _open(self, asked: str) -> Any:
         """The source of the root the hub asked for: ROOT, or a journal directly under it."""
@@ -288,10 +322,13 @@ def serve(root: str, restrict: bool = False, reader: str = "hub", stdin: int = 0
     watcher: list[Any] = []
 
     def on_watch(path: str, journal: str | None) -> None:
-        if not watcher:  # once: a second WATCH changes nothing
-            from .serve_watch import Pusher
+        if watcher:  # once; a second WATCH asks for the whole state again (version 2)
+            if watcher[0].state is not None:
+                watcher[0].refresh()
+            return
+        from .serve_watch import Pusher
 
-            watcher.append(Pusher(path, send, journal))
+        watcher.append(Pusher(path, send, journal, session.state_frames if session.version >= 2 else None))
 
     session = Session(root, restrict, reader, on_watch)
     try:

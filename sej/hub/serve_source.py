@@ -36,6 +36,11 @@ up at 15 s killed that server and started another, which was no faster: the clie
 
 RECV_SIZE = 1 << 20
 
+STATE_TRUST = 30.0
+"""Seconds a full STATE (protocol version 2) is trusted to answer a pass's listing and probe without asking, after
+which those calls go to the server again until a new one comes (asked for after half that): an event the watch
+missed costs at most this. Pushes keep the state current in between."""
+
 SEND_BATCH = 1 << 20
 """Bytes of calls sent in one write: a pass's thousands of calls go out in a few SSH packets' worth each."""
 
@@ -73,8 +78,10 @@ class Connection:
     """
 
     def __init__(self, channel: paramiko.Channel, label: str, root: str, io_timeout: float = IO_TIMEOUT,
-                 hello_timeout: float = HELLO_TIMEOUT, command: str = "") -> None:  # fmt: skip
+                 hello_timeout: float = HELLO_TIMEOUT, command: str = "",
+                 versions: tuple[int, ...] = wire.VERSIONS) -> None:  # fmt: skip
         self.channel, self.label, self.io_timeout = channel, label, io_timeout
+        self.versions = versions
         self.command = command
         self._decoder = wire.Decoder(magic=True)
         self._calls: dict[int, _Call] = {}
@@ -84,6 +91,11 @@ class Connection:
         self.failed: SourceError | None = None
         self.on_changed: Callable[[list[str]], None] | None = None
         self.heard = time.monotonic()  # when the server last sent anything
+        self.state: wire.State | None = None  # what the pushes told (version 2), once a whole state came
+        self.state_skipped: dict[str, str] = {}
+        self.state_at = 0.0  # when the last whole state came
+        self._building: wire.State | None = None  # a whole state coming in several frames
+        self._refresh_asked = 0.0
         started = time.monotonic()
         self.version, self.sej_version, self.root = self._hello(root, hello_timeout)
         self.round_trip = time.monotonic() - started  # the hello's (sej.hub.batch's probe reads it)
@@ -95,12 +107,12 @@ class Connection:
     def _hello(self, root: str, timeout: float) -> tuple[int, str, str]:
         try:
             self.channel.settimeout(timeout)
-            self.channel.sendall(wire.encode(wire.hub_hello(root)))
+            self.channel.sendall(wire.encode(wire.hub_hello(root, self.versions)))
             deadline = time.monotonic() + timeout
             for _ in range(1 << 20):  # each recv returns at least a byte, or ends the loop
                 msg = self._decoder.next()
                 if msg is not None:
-                    return wire.parse_server_hello(msg)
+                    return wire.parse_server_hello(msg, self.versions)
                 if time.monotonic() > deadline:
                     break
                 data = self.channel.recv(RECV_SIZE)
@@ -171,8 +183,13 @@ class Connection:
         kind = msg[0]
         if kind == wire.CHANGED:
             journals = wire.parse_changed(msg)
+            with self._cond:
+                self.state = None  # the server could not list them: the passes ask
             if self.on_changed is not None:
                 self.on_changed(journals)
+            return
+        if kind == wire.STATE and self.version >= 2:
+            self._state(*wire.parse_state(msg))
             return
         if kind == wire.ERROR and len(msg) == 5 and msg[1] == 0:
             _id, _kind, text, _detail = wire.parse_error(msg)
@@ -201,6 +218,53 @@ class Connection:
             self._done(call_id)
             return
         raise ProtocolError(f"a {wire.KINDS[kind]} message from the server")
+
+    def _state(self, full: bool, got: wire.State, gone: list[str], skipped: dict[str, str], more: bool) -> None:
+        """A STATE pushed: the journals' segments as the server listed them after they changed."""
+        with self._cond:
+            if full:
+                self._building, self.state_skipped = dict(got), skipped
+            elif self._building is not None:
+                self._building.update(got)
+            if self._building is not None:
+                if not more:
+                    self.state, self._building = self._building, None
+                    self.state_at = time.monotonic()
+            elif self.state is not None:
+                self.state.update(got)
+                for j in gone:
+                    self.state.pop(j, None)
+        if self.on_changed is not None and not more:
+            self.on_changed([] if full else sorted([*got, *gone]))
+
+    def known(self, calls: list[Call]) -> dict[int, Any] | None:
+        """The results of `calls` the pushed state tells (journals, segments, size), by index; None without a
+        trusted state. Asks the server for a new whole state when this one is getting old."""
+        now = time.monotonic()
+        with self._cond:
+            state = self.state
+            if state is None or self.failed is not None:
+                return None
+            age = now - self.state_at
+            refresh = age >= STATE_TRUST / 2 and now - self._refresh_asked >= STATE_TRUST / 2
+            if refresh:
+                self._refresh_asked = now
+            out: dict[int, Any] = {}
+            if age < STATE_TRUST:
+                for i, (method, *args) in enumerate(calls):
+                    if method == "journals":
+                        out[i] = (sorted(state), dict(self.state_skipped))
+                        continue
+                    segs = state.get(args[0]) if method in ("segments", "size") else None
+                    if segs is None:
+                        continue  # not a call the state answers, or a journal it does not know
+                    if method == "segments":
+                        out[i] = list(segs)
+                    else:
+                        out[i] = next((size for _first, name, size in segs if name == args[1]), None)
+        if refresh and self.on_changed is not None:
+            self.watch(self.on_changed)
+        return out
 
     def _call(self, call_id: int) -> _Call:
         with self._cond:
@@ -385,7 +449,13 @@ class ServeSource:
         return value
 
     def many(self, calls: list[Call]) -> list[Any]:
-        results = self.conn.call_many(calls)
+        known = self.conn.known(calls)  # pushed: the listing and the probe cost no round trip
+        if not known:
+            results = self.conn.call_many(calls)
+        else:
+            asked = [c for i, c in enumerate(calls) if i not in known]
+            got = iter(self.conn.call_many(asked) if asked else [])
+            results = [known[i] if i in known else next(got) for i in range(len(calls))]
         return [self._convert(c[0], r) for c, r in zip(calls, results, strict=True)]
 
     def _one(self, *call: Any) -> Any:

@@ -8,6 +8,7 @@ sends nothing (SSH's keepalive goes on).
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Callable
@@ -19,6 +20,8 @@ from ..layout import OFFSET_DIR, RETENTION_LOCK, WRITER_LOCK
 from ..watch import Subscription
 from . import serve_protocol as wire
 from .names import check_journal_name
+
+log = logging.getLogger("sej.hub.serve")
 
 MAX_PENDING = 1 << 16
 """Journals named in one push at most; more changed at once are pushed as [] ("anything may have changed")."""
@@ -43,10 +46,13 @@ class Pusher:
 
     `journal`: the one journal served, when `path` is that journal; else each journal is the first
     component of a changed path below `path` (the root's own changes, a new journal, name none: []).
+    With `state` (protocol version 2), each burst is sent as the frames `state(names)` gives instead (the changed
+    journals' segments, listed now; None: every journal), starting with every journal once the watch is on.
     """
 
-    def __init__(self, path: str, send: Callable[[bytes], None], journal: str | None = None) -> None:
-        self.path, self.send, self.journal = path, send, journal
+    def __init__(self, path: str, send: Callable[[bytes], None], journal: str | None = None,
+                 state: Callable[[list[str] | None], list[bytes]] | None = None) -> None:  # fmt: skip
+        self.path, self.send, self.journal, self.state = path, send, journal, state
         self._cond = threading.Condition()
         self._changed: set[str] = set()
         self._all = False  # something changed that names no journal (or too many did)
@@ -54,6 +60,14 @@ class Pusher:
         self._thread = threading.Thread(target=self._run, name="sej-serve-push", daemon=True)
         self._thread.start()
         self._sub = Subscription(path, _Changes(self), recursive=True)
+        if state is not None:
+            self.refresh()  # the whole state, listed after the watch began: nothing falls between them
+
+    def refresh(self) -> None:
+        """Send every journal's state (version 2) at the next burst, now if there is none under way."""
+        with self._cond:
+            self._all = True
+            self._cond.notify()
 
     def note(self, changed: str) -> None:
         name: str | None = self.journal
@@ -85,11 +99,20 @@ class Pusher:
                 if self._closed:
                     return
                 names = [] if self._all else sorted(self._changed)
+                everything = self._all
                 self._changed, self._all = set(), False
             try:
-                self.send(wire.encode(wire.changed(names)))
+                self.send(self._frames(None if everything else names))
             except OSError:
                 return
+
+    def _frames(self, names: list[str] | None) -> bytes:
+        if self.state is not None:
+            try:
+                return b"".join(self.state(names))
+            except Exception as e:  # the hub asks instead (a CHANGED drops what it knew)
+                log.error("sej serve %s: cannot list what changed: %s", self.path, e)
+        return wire.encode(wire.changed(names or []))
 
     def close(self) -> None:
         self._sub.close()
