@@ -81,8 +81,10 @@ ARROW_SCHEMA_WITH_ROOT = ARROW_SCHEMA.append(pa.field(*ROOT_TYPE))
 
 _I64 = pa.int64()
 _I32 = pa.int32()
+_U64 = pa.uint64()
 _U32 = struct.Struct(">I").unpack_from
 _KEY_SIZE_AT = HEADER_SIZE - 1
+_HEADER_SIZE, _KEY_SIZE, _SIZE_FIELD = (pa.scalar(v, _I32) for v in (HEADER_SIZE, _KEY_SIZE_AT, SIZE_FIELD))
 _NO_TIMESTAMP = -(2**63)
 
 
@@ -113,27 +115,10 @@ def decode_columns(
         pieces.append(cols)
         pos += k * total
         expect += k
-    chain = [pos]  # the frames' starts, then where the last one ends
-    append = chain.append
-    u32 = _U32
-    p = pos
-    view = data if len(data) == end else memoryview(data)[:end]
-    try:  # an unsigned value size always moves on by at least OVERHEAD bytes; reads past `end` raise
-        while True:
-            ks = view[p + _KEY_SIZE_AT]
-            p += OVERHEAD + ks + u32(view, p + HEADER_SIZE + ks)[0]
-            append(p)
-    except (IndexError, struct.error):
-        pass  # a header cut by the buffer's end
-    finally:
-        if view is not data:
-            view.release()
-    while chain[-1] > end:  # the last frame goes past the end
-        chain.pop()
-    starts = array.array("i", chain)
+    starts = _chain(data, pos, end)
     n = len(starts) - 1
     if n:
-        cols, n = _columns(data, starts, n, expect)
+        cols, n = _columns(data, end, starts, n, expect)
         if cols is not None:
             pieces.append(cols)
     stop = starts[n]
@@ -145,42 +130,84 @@ def decode_columns(
     return joined, stop, problem
 
 
-def _columns(data: bytes | bytearray, starts: array.array[int], n: int, expect: int) -> tuple[Columns | None, int]:
-    """The columns of the first frames of the chain `starts` (n frames) that are valid, and how many those are."""
+def _chain(data: bytes | bytearray, pos: int, end: int) -> array.array[int]:
+    """The starts of the frames of data[pos:end] that a chain of sizes reaches, then where the last whole one ends.
+
+    The one Python step per frame: the key size byte and the value size field (unsigned: a negative size reads
+    as one past the chunk, which ends the chain); the frames are checked afterwards, on whole columns.
+    """
+    chain = [pos]
+    append = chain.append
+    u32 = _U32
+    p = pos
+    view = data if len(data) == end else memoryview(data)[:end]
+    try:  # an unsigned value size always moves on by at least OVERHEAD bytes; reads past `end` raise
+        while True:
+            ks = view[p + 17]  # _KEY_SIZE_AT
+            p += 26 + ks + u32(view, p + 18 + ks)[0]  # OVERHEAD, HEADER_SIZE
+            append(p)
+    except (IndexError, struct.error):
+        pass  # a header cut by the buffer's end
+    finally:
+        if view is not data:
+            view.release()
+    if chain[-1] > end:  # the last frame goes past the end (only the last: each before it was read)
+        chain.pop()
+    return array.array("i", chain)
+
+
+_PARTS = 5
+"""A frame's five parts, in order: header, key, value size, value, trailing size."""
+
+
+def _columns(
+    data: bytes | bytearray, end: int, starts: array.array[int], n: int, expect: int
+) -> tuple[Columns | None, int]:
+    """The columns of the first frames of the chain `starts` (n frames) that are valid, and how many those are.
+
+    Every frame is cut into its five parts at once: one binary array over the chunk whose values are, frame by
+    frame, the header, the key, the value size, the value and the trailing size (they follow each other, so
+    their bounds are one interleaved array), then each column is one `take` of its part.
+    """
     buf = pa.py_buffer(data)
     chain = pa.Array.from_buffers(_I32, n + 1, [None, pa.py_buffer(starts)])
     first, after = chain.slice(0, n), chain.slice(1, n)
-    heads = _fixed(_gather(buf, first, pc.add(first, HEADER_SIZE)), HEADER_SIZE, n)
-    key_sizes = _byte(heads, _KEY_SIZE_AT)
-    trailers = _be(_fixed(_gather(buf, pc.subtract(after, SIZE_FIELD), after), SIZE_FIELD, n), 0, 4)
+    key_at = pc.add(first, _HEADER_SIZE)
+    key_sizes = pc.take(pa.Array.from_buffers(pa.uint8(), end, [None, buf]), pc.add(first, _KEY_SIZE)).cast(_I32)
+    size_at = pc.add(key_at, key_sizes)
+    bounds = pa.concat_arrays([first, key_at, size_at, pc.add(size_at, _SIZE_FIELD), pc.subtract(after, _SIZE_FIELD),
+                               chain.slice(n, 1)])  # fmt: skip
+    parts = pa.Array.from_buffers(pa.binary(), _PARTS * n, [None, pc.take(bounds, _transposed(n)).buffers()[1], buf])
+    heads = _fixed(pc.take(parts, _part(n, 0)), HEADER_SIZE, n)
+    trailers = _be(_fixed(pc.take(parts, _part(n, 4)), SIZE_FIELD, n), 0, 4)
     good = pc.and_(pc.less_equal(key_sizes, 127), pc.equal(trailers, pc.subtract(after, first)))
     k = n if pc.all(good).as_py() else pc.index(good, False).as_py()
-    # Offsets: the frames' 8 bytes against the big-endian offsets they must carry (one compare in C).
     k = min(k, max(0, MAX_OFFSET + 1 - expect))  # no frame carries an offset past MAX_OFFSET
-    want = array.array("Q", range(expect, expect + k))
-    want.byteswap()
-    cut = pc.binary_slice(heads.slice(0, k), 0, 8)
-    found = cut.buffers()[1].slice(cut.offset * 8, k * 8).to_pybytes()
-    wanted = want.tobytes()
-    if found != wanted:
-        k = common_prefix(found, wanted, 8 * k) // 8
     if k == 0:
         return None, 0
-    if expect + k - 1 > _I64_MAX:  # valid frames (offsets are unsigned), but no column of longs can hold them
-        raise CorruptionError(f"offset {max(expect, _I64_MAX + 1)} does not fit a signed 64-bit integer, "
-                              "the offset column's type (Arrow's int64, Spark's long)")  # fmt: skip
-    offsets = pc.add(_arange(k), pa.scalar(expect, _I64))
+    # Offsets: the frames' 8 bytes against the offsets they must carry (unsigned, as in the frame).
+    found = _be(heads, 0, 8, unsigned=True)
     if k < n:
-        heads, first, after, key_sizes = (a.slice(0, k) for a in (heads, first, after, key_sizes))
-    keys_at = pc.add(first, HEADER_SIZE)
-    keys_end = pc.add(keys_at, key_sizes)
-    return Columns(
-        offsets,
+        found = found.slice(0, k)
+    wanted = pc.add(_arange(k).cast(_U64), pa.scalar(expect, _U64))
+    if not found.equals(wanted):
+        k = pc.index(pc.equal(found, wanted), False).as_py()
+        if k == 0:
+            return None, 0
+    if expect + k - 1 > _I64_MAX:  # valid frames (offsets are unsigned), but no column of longs can hold them
+        big = max(expect, _I64_MAX + 1)
+        raise CorruptionError("", starts[big - expect], f"offset {big} does not fit a signed 64-bit integer, "
+                              "the offset column's type (Arrow's int64, Spark's long)")  # fmt: skip
+    cols = Columns(
+        pc.add(_arange(k), pa.scalar(expect, _I64)),
         _be(heads, 8, 8),
         _byte(heads, HEADER_SIZE - 2),
-        _gather(buf, keys_at, keys_end),
-        _gather(buf, pc.add(keys_end, SIZE_FIELD), pc.subtract(after, SIZE_FIELD)),
-    ), k
+        pc.take(parts, _part(n, 1)),
+        pc.take(parts, _part(n, 3)),
+    )
+    if k < n:
+        cols = Columns(cols[0], *(a.slice(0, k) for a in cols[1:]))
+    return cols, k
 
 
 def _joined(pieces: list[Columns]) -> Columns | None:
@@ -253,26 +280,20 @@ def _looks_like_run(data: bytes | bytearray, pos: int, total: int, ks: int) -> b
     )
 
 
-def _gather(buf: pa.Buffer, lo: pa.Array, hi: pa.Array) -> pa.Array:
-    """The binary array of buf[lo[i]:hi[i]], for ranges in order that do not overlap (lo[i] <= hi[i] <= lo[i+1])."""
-    n = len(lo)
-    bounds = pc.take(pa.concat_arrays([lo.cast(_I32), hi.cast(_I32)]), _interleaved(n))
-    ranges = pa.Array.from_buffers(pa.binary(), 2 * n - 1, [None, bounds.buffers()[1], buf])
-    return pc.take(ranges, _evens(n))
-
-
 def _fixed(a: pa.Array, width: int, n: int) -> pa.Array:
-    """A binary array of n values of `width` bytes each (what _gather cut), as fixed-size binary."""
+    """A binary array of n values of `width` bytes each (what a take of one fixed-size part cut), as fixed-size
+    binary."""
     return pa.Array.from_buffers(pa.binary(width), n, [None, a.buffers()[2].slice(0, n * width)])
 
 
-def _be(fixed: pa.Array, start: int, width: int) -> pa.Array:
-    """The big-endian signed integers of `width` (4 or 8) bytes at `start` of every value, as int32 or int64."""
+def _be(fixed: pa.Array, start: int, width: int, unsigned: bool = False) -> pa.Array:
+    """The big-endian integers of `width` (4 or 8) bytes at `start` of every value: int32 or int64 (uint64 when
+    `unsigned`)."""
     cut = pc.binary_slice(fixed, start, start + width)
     raw = cut.buffers()[1].slice(cut.offset * width, len(cut) * width)
-    a = array.array("q" if width == 8 else "i", raw.to_pybytes())
+    a = array.array(("Q" if unsigned else "q") if width == 8 else "i", raw.to_pybytes())
     a.byteswap()
-    return pa.Array.from_buffers(_I64 if width == 8 else _I32, len(a), [None, pa.py_buffer(a)])
+    return pa.Array.from_buffers((_U64 if unsigned else _I64) if width == 8 else _I32, len(a), [None, pa.py_buffer(a)])
 
 
 def _byte(fixed: pa.Array, at: int) -> pa.Array:
@@ -290,23 +311,39 @@ def _ramp(n: int) -> pa.Array:
 _RAMP_SIZE = [1 << 16]
 
 
-def _arange(n: int) -> pa.Array:
-    """The int64 array 0, 1, ..., n - 1 (a slice of a cached one)."""
+def _size(n: int) -> int:
+    """A power of two of at least n (and 1 << 16): the length of the cached arrays sliced for n values."""
     while _RAMP_SIZE[0] < n:
         _RAMP_SIZE[0] *= 2
-    return _ramp(_RAMP_SIZE[0]).slice(0, n)
+    return _RAMP_SIZE[0]
+
+
+def _arange(n: int) -> pa.Array:
+    """The int64 array 0, 1, ..., n - 1 (a slice of a cached one)."""
+    return _ramp(_size(n)).slice(0, n)
 
 
 @functools.lru_cache(maxsize=4)
-def _interleaved(n: int) -> pa.Array:
-    """0, n, 1, n + 1, ..., n - 1, 2n - 1: the lows and highs of n ranges in turn."""
-    i = _arange(2 * n)
-    return pc.add(pc.shift_right(i, 1), pc.multiply(pc.bit_wise_and(i, 1), n))
+def _steps(size: int) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """int32 arrays of j // _PARTS, j % _PARTS (j < _PARTS * size) and _PARTS * i (i < size)."""
+    j = _ramp(_PARTS * size).cast(_I32)
+    five = pa.scalar(_PARTS, _I32)
+    return pc.divide(j, five), pc.subtract(j, pc.multiply(pc.divide(j, five), five)), pc.multiply(j.slice(0, size), five)
 
 
-@functools.lru_cache(maxsize=4)
-def _evens(n: int) -> pa.Array:
-    return pc.multiply(_arange(n), 2)
+def _transposed(n: int) -> pa.Array:
+    """The order that turns the bounds of the five parts, part by part (n each, then the end of the last frame),
+    into frame by frame: (j % 5) * n + j // 5 for j < 5n, then 5n."""
+    div, mod, _ = _steps(_size(n))
+    m = _PARTS * n
+    return pa.concat_arrays([pc.add(pc.multiply(mod.slice(0, m), pa.scalar(n, _I32)), div.slice(0, m)),
+                             pa.array([m], _I32)])  # fmt: skip
+
+
+def _part(n: int, j: int) -> pa.Array:
+    """The indices of part j of the n frames in the binary array of their parts: 5i + j."""
+    fives = _steps(_size(n))[2].slice(0, n)
+    return pc.add(fives, pa.scalar(j, _I32)) if j else fives
 
 
 def micros(ns: pa.Array) -> pa.Array:
@@ -344,7 +381,10 @@ def read_columns(
         if check is not None:
             with memoryview(data)[:got] as view:
                 check.check(fd, end, pos, pos + got, view)
-        cols, used, problem = decode_columns(data, 0, got, expect)
+        try:
+            cols, used, problem = decode_columns(data, 0, got, expect)
+        except CorruptionError as e:  # an offset no column holds: at a position in the chunk
+            raise CorruptionError(path, pos + e.position, e.reason) from None
         if cols is not None:
             yield cols
             expect += len(cols.offset)
