@@ -21,6 +21,7 @@ import array
 import contextlib
 import functools
 import os
+import re
 import struct
 from collections.abc import Iterator
 from typing import NamedTuple
@@ -79,9 +80,13 @@ ARROW_SCHEMA = pa.schema([pa.field(n, t, nullable) for n, t, nullable in COLUMN_
 
 ARROW_SCHEMA_WITH_ROOT = ARROW_SCHEMA.append(pa.field(*ROOT_TYPE))
 
+_TIMESTAMP = ARROW_SCHEMA.field("timestamp").type
+
 _I64 = pa.int64()
 _I32 = pa.int32()
 _U64 = pa.uint64()
+_U8 = pa.uint8()
+_NEGATIVE = re.compile(rb"[\x80-\xff]")
 _U32 = struct.Struct(">I").unpack_from
 _KEY_SIZE_AT = HEADER_SIZE - 1
 _HEADER_SIZE, _KEY_SIZE, _SIZE_FIELD = (pa.scalar(v, _I32) for v in (HEADER_SIZE, _KEY_SIZE_AT, SIZE_FIELD))
@@ -173,25 +178,31 @@ def _columns(
     chain = pa.Array.from_buffers(_I32, n + 1, [None, pa.py_buffer(starts)])
     first, after = chain.slice(0, n), chain.slice(1, n)
     key_at = pc.add(first, _HEADER_SIZE)
-    key_sizes = pc.take(pa.Array.from_buffers(pa.uint8(), end, [None, buf]), pc.add(first, _KEY_SIZE)).cast(_I32)
+    key_sizes = pc.take(pa.Array.from_buffers(_U8, end, [None, buf]), pc.add(first, _KEY_SIZE))
     size_at = pc.add(key_at, key_sizes)
     bounds = pa.concat_arrays([first, key_at, size_at, pc.add(size_at, _SIZE_FIELD), pc.subtract(after, _SIZE_FIELD),
                                chain.slice(n, 1)])  # fmt: skip
     parts = pa.Array.from_buffers(pa.binary(), _PARTS * n, [None, pc.take(bounds, _transposed(n)).buffers()[1], buf])
     heads = _fixed(pc.take(parts, _part(n, 0)), HEADER_SIZE, n)
-    trailers = _be(_fixed(pc.take(parts, _part(n, 4)), SIZE_FIELD, n), 0, 4)
-    good = pc.and_(pc.less_equal(key_sizes, 127), pc.equal(trailers, pc.subtract(after, first)))
-    k = n if pc.all(good).as_py() else pc.index(good, False).as_py()
+    # The checks, each one compare of bytes in C (and a binary search for where a failing one fails):
+    k = n
+    sizes = _bytes(key_sizes, 1)
+    if not sizes.isascii():  # a key size byte >= 128: negative
+        k = _NEGATIVE.search(sizes).start()  # type: ignore[union-attr]
+    lengths = array.array("i", _bytes(pc.subtract(after, first), 4))
+    lengths.byteswap()  # the trailing size fields they must hold, big-endian
+    trailers = _bytes(pc.take(parts, _part(n, 4)), 4, data=True)
+    if trailers != (want := lengths.tobytes()):
+        k = min(k, common_prefix(trailers, want, 4 * n) // 4)
     k = min(k, max(0, MAX_OFFSET + 1 - expect))  # no frame carries an offset past MAX_OFFSET
     if k == 0:
         return None, 0
-    # Offsets: the frames' 8 bytes against the offsets they must carry (unsigned, as in the frame).
-    found = _be(heads, 0, 8, unsigned=True)
-    if k < n:
-        found = found.slice(0, k)
-    wanted = pc.add(_arange(k).cast(_U64), pa.scalar(expect, _U64))
-    if not found.equals(wanted):
-        k = pc.index(pc.equal(found, wanted), False).as_py()
+    offsets = pc.add(_ramp_u64(_size(k)).slice(0, k), pa.scalar(expect, _U64))  # what the frames must carry
+    wanted = array.array("Q", _bytes(offsets, 8))
+    wanted.byteswap()
+    found = _bytes(pc.binary_slice(heads.slice(0, k), 0, 8), 8)
+    if found != (want := wanted.tobytes()):
+        k = common_prefix(found, want, 8 * k) // 8
         if k == 0:
             return None, 0
     if expect + k - 1 > _I64_MAX:  # valid frames (offsets are unsigned), but no column of longs can hold them
@@ -199,7 +210,7 @@ def _columns(
         raise CorruptionError("", starts[big - expect], f"offset {big} does not fit a signed 64-bit integer, "
                               "the offset column's type (Arrow's int64, Spark's long)")  # fmt: skip
     cols = Columns(
-        pc.add(_arange(k), pa.scalar(expect, _I64)),
+        pa.Array.from_buffers(_I64, k, [None, offsets.buffers()[1]]),  # the same values, all below 2**63
         _be(heads, 8, 8),
         _byte(heads, HEADER_SIZE - 2),
         pc.take(parts, _part(n, 1)),
@@ -208,6 +219,11 @@ def _columns(
     if k < n:
         cols = Columns(cols[0], *(a.slice(0, k) for a in cols[1:]))
     return cols, k
+
+
+def _bytes(a: pa.Array, width: int, data: bool = False) -> bytes:
+    """The values of a fixed-width array (data: of a binary array of `width`-byte values) as one bytes object."""
+    return a.buffers()[2 if data else 1].slice(a.offset * width, len(a) * width).to_pybytes()
 
 
 def _joined(pieces: list[Columns]) -> Columns | None:
@@ -324,11 +340,19 @@ def _arange(n: int) -> pa.Array:
 
 
 @functools.lru_cache(maxsize=4)
-def _steps(size: int) -> tuple[pa.Array, pa.Array, pa.Array]:
-    """int32 arrays of j // _PARTS, j % _PARTS (j < _PARTS * size) and _PARTS * i (i < size)."""
+def _ramp_u64(size: int) -> pa.Array:
+    return _ramp(size).cast(_U64)
+
+
+@functools.lru_cache(maxsize=4)
+def _steps(size: int) -> tuple[pa.Array, pa.Array, tuple[pa.Array, ...]]:
+    """int32 arrays of j // _PARTS and j % _PARTS (j < _PARTS * size), and for each part p, _PARTS * i + p
+    (i < size)."""
     j = _ramp(_PARTS * size).cast(_I32)
     five = pa.scalar(_PARTS, _I32)
-    return pc.divide(j, five), pc.subtract(j, pc.multiply(pc.divide(j, five), five)), pc.multiply(j.slice(0, size), five)
+    fives = pc.multiply(j.slice(0, size), five)
+    return (pc.divide(j, five), pc.subtract(j, pc.multiply(pc.divide(j, five), five)),
+            tuple(pc.add(fives, pa.scalar(p, _I32)) for p in range(_PARTS)))  # fmt: skip
 
 
 def _transposed(n: int) -> pa.Array:
@@ -342,21 +366,21 @@ def _transposed(n: int) -> pa.Array:
 
 def _part(n: int, j: int) -> pa.Array:
     """The indices of part j of the n frames in the binary array of their parts: 5i + j."""
-    fives = _steps(_size(n))[2].slice(0, n)
-    return pc.add(fives, pa.scalar(j, _I32)) if j else fives
+    return _steps(_size(n))[2][j].slice(0, n)
 
 
 def micros(ns: pa.Array) -> pa.Array:
     """Frame timestamps (int64 ns) as UTC microseconds, rounded down; NO_TIMESTAMP becomes null."""
-    sentinel = pc.equal(ns, pa.scalar(_NO_TIMESTAMP, _I64))
     us = pc.divide(ns, pa.scalar(1000, _I64))  # truncates toward zero
     low = pc.min(ns).as_py()
     if low is not None and low < 0:  # round down: subtract 1 where a negative value had a remainder
         rest = pc.subtract(ns, pc.multiply(us, pa.scalar(1000, _I64)))
         us = pc.subtract(us, pc.less(rest, pa.scalar(0, _I64)).cast(_I64))
-    if pc.any(sentinel).as_py():
-        us = pc.if_else(sentinel, pa.scalar(None, _I64), us)
-    return us.cast(ARROW_SCHEMA.field("timestamp").type)
+        if low == _NO_TIMESTAMP:
+            us = pc.if_else(pc.equal(ns, pa.scalar(_NO_TIMESTAMP, _I64)), pa.scalar(None, _I64), us)
+    if us.null_count or us.offset:
+        return us.cast(_TIMESTAMP)
+    return pa.Array.from_buffers(_TIMESTAMP, len(us), [None, us.buffers()[1]])  # the same int64s
 
 
 def read_columns(

@@ -264,3 +264,14 @@ def test_without_pyarrow_the_columnar_read_says_which_extra_to_install() -> None
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.startswith("MissingExtraError True pyarrow is missing") and "'spark' extra" in out, out
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.integers(-(2**63), 2**63 - 1), st.sampled_from([-(2**63), -1, -1000, -1001, 0, 999])),
+                max_size=20), st.integers(0, 3))  # fmt: skip
+def test_micros_rounds_down_and_makes_no_timestamp_null(ns: list[int], skip: int) -> None:
+    from sej.columns import micros
+
+    got = micros(pa.array(ns, pa.int64()).slice(min(skip, len(ns))))
+    assert got.type == pa.timestamp("us", tz="UTC")
+    assert got.cast(pa.int64()).to_pylist() == [None if v == -(2**63) else v // 1000 for v in ns[skip:]]
