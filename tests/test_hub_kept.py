@@ -14,9 +14,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 import sej
-from sej.hub import CopyState, copy_all
+from sej.hub import CopyState, copy_all, sftp_handles
 from sej.hub import location as hub_location
-from sej.hub import sftp_source as hub_source
 from sej.hub.location import KeptOf as Keeper
 from sej.hub.location import Sources
 from sej.hub.sftp_source import SftpSource
@@ -83,8 +82,8 @@ def journal_files(opened: list[str]) -> list[str]:
 
 def age_kept(source: SftpSource) -> None:
     """Make every file `source` keeps open old, as KEEP_SECONDS later."""
-    for key, k in list(source._kept.items()):
-        source._kept[key] = k._replace(until=0.0)
+    for key, k in list(source._handles.kept.items()):
+        source._handles.kept[key] = k._replace(until=0.0)
 
 
 def shard_root(root: Path, count: int = 300) -> Callable[[int], None]:
@@ -268,7 +267,7 @@ def test_a_kept_channel_that_broke_is_replaced(sshd, tmp_path) -> None:
     try:
         first = sources.kept(0)
         assert sources.kept(0) is first
-        assert isinstance(first, SftpSource) and first._keep_max > 0, "OpenSSH states its handle limit"
+        assert isinstance(first, SftpSource) and first._handles.most > 0, "OpenSSH states its handle limit"
         first.sftp.get_channel().close()  # the channel ends under it (as when its sftp-server dies)
         with pytest.raises(SourceError):
             first.read(journal, os.path.basename(seg.path), 0, 10)
@@ -367,7 +366,7 @@ def test_kept_files_are_closed_at_the_end_of_the_pass_in_which_they_reach_their_
     sshd, tmp_path, monkeypatch
 ) -> None:
     src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
-    monkeypatch.setattr(hub_source, "KEEP_SECONDS", 0.0)  # every file kept is old at the end of its pass
+    monkeypatch.setattr(sftp_handles, "KEEP_SECONDS", 0.0)  # every file kept is old at the end of its pass
     client = connect_to(sshd)
     sources = Sources("test", sftp_sources(client, src, "test"), client)
     keeper, state = Keeper(sources), CopyState()
@@ -426,7 +425,7 @@ def test_a_producer_with_few_open_files_gets_every_copy_and_commit(tmp_path) -> 
         try:
             limit = sources.kept(0)._pipe.one(sources.kept(0)._handle_limit())
             assert limit is not None and limit <= 256
-            assert sources.kept(0)._keep_max == limit // 2
+            assert sources.kept(0)._handles.most == limit // 2
             for seed in range(1, 4):
                 append_to_each(seed)
                 out = copy_all(sources, hub, "c1", "hub", workers=1, state=state, kept=keeper)
@@ -447,7 +446,7 @@ def test_an_offset_file_replaced_under_its_kept_handle_is_written_by_its_path_ag
     produce(src, 50, segment_size=BIG)
     journal = sorted(os.listdir(src))[0]
     ofs = os.path.join(src, journal, "ofs", "hub.ofs")
-    monkeypatch.setattr(hub_source, "KEEP_SECONDS", 3600.0)
+    monkeypatch.setattr(sftp_handles, "KEEP_SECONDS", 3600.0)
     client = connect_to(sshd)
     sources = Sources("test", sftp_sources(client, src, "test"), client)
     keeper, state = Keeper(sources), CopyState()

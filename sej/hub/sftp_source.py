@@ -22,6 +22,7 @@ from ..offset import STALE_TEMP_AGE, TEMP_RE, encode_offset, parse_offset
 from ..shard.name import is_shard_name
 from .names import check_journal_name, check_segment_name
 from .pipeline import Op, SFTPStreamError, expect, expect_ok, together
+from .sftp_handles import KEEP_UNSTATED, KeptHandles
 from .source import KEEP_HANDLES, MAX_SUMS, Call, SourceError, SourceSegment, sort_out, sums_skip, valid_segments
 
 if TYPE_CHECKING:
@@ -52,12 +53,6 @@ MAX_LISTED = 10_000_000
 
 BULK_READ = 1 << 20
 """Reads bigger than this go through paramiko's readv; smaller ones are pipelined operations."""
-
-KEEP_UNSTATED = 64
-"""Files kept open at most on a server that does not state its handle limit (limits@openssh.com)."""
-
-KEEP_SECONDS = 60.0
-"""How long a kept file stays open: what a producer replaced or deleted is let go within this."""
 
 LISTING_SETTLED = 1.1
 """Seconds after a root's mtime was first seen from which a listing shows every change it stamped: SFTP
@@ -92,15 +87,6 @@ def _same_modes(dirs: list[str], got: list[Any], modes: dict[str, int | None]) -
         return False
     return all(_fmt_mode(None if a is None else a.st_mode or 0) == _fmt_mode(modes[d])
                for d, a in zip(dirs, attrs, strict=True))  # fmt: skip
-
-
-class _Kept(NamedTuple):
-    """A file a kept channel holds open between calls (SftpSource.keep_handles)."""
-
-    path: str
-    handle: bytes
-    until: float  # time.monotonic() after which it is let go
-    head: bytes = b""  # a checksum file's header, as read through this handle (it never changes in a file)
 
 
 def _is_ok(reply: Any) -> bool:
@@ -156,9 +142,7 @@ class SftpSource:
         self._listing: _Listing | None = None  # the root's last listing (journals())
         self._root_seen: tuple[tuple[int, str] | None, float] = (None, 0.0)  # (mtime, realpath), and when first seen
         self.broken = False  # a transport failure: requests may still be in flight, the channel is unusable
-        self._keep_max = 0  # files kept open between calls (keep_handles)
-        self._kept: dict[tuple[str, str], _Kept] = {}  # (journal, "jnl", "idx" or "ofs/<reader>")
-        self._closing_kept: list[bytes] = []  # handles let go, closed with the next requests
+        self._handles = KeptHandles()  # files kept open between calls (keep_handles), and those let go
 
     def keep_handles(self, most: int = KEEP_HANDLES) -> None:
         """Keep the last segment and checksum file read of each journal open between calls (at most `most`
@@ -168,9 +152,9 @@ class SftpSource:
         from .pipeline import MAX_OPS
 
         limit = self._limit
-        self._keep_max = min(most, KEEP_UNSTATED if limit is None else limit // 2)
+        self._handles.most = min(most, KEEP_UNSTATED if limit is None else limit // 2)
         if limit is not None:  # what is left for the files the operations of a call open (one each at most)
-            self._pipe.max_ops = max(1, min(MAX_OPS, (limit - self._keep_max) // 2))
+            self._pipe.max_ops = max(1, min(MAX_OPS, (limit - self._handles.most) // 2))
 
     def forget(self, journals: set[str] | None = None) -> None:
         """Let go of the files kept open for `journals` (all, without): closed with the next requests. The root
@@ -178,16 +162,13 @@ class SftpSource:
         or replaced, which leaves the root's mtime as it was)."""
         if journals is None or journals:
             self._listing = None
-        for key in [k for k in self._kept if journals is None or k[0] in journals]:
-            self._closing_kept.append(self._kept.pop(key).handle)
+        self._handles.forget(journals)
 
     def tidy(self) -> None:
         """Close the files let go, and those kept for KEEP_SECONDS (a request round, only if there are any):
         no file stays open on the producer for long, deleted or not, while its journal is idle."""
-        now = time.monotonic()
-        for key in [k for k, kept in self._kept.items() if kept.until <= now]:
-            self._closing_kept.append(self._kept.pop(key).handle)
-        if self._closing_kept and not self.broken:
+        self._handles.expire()
+        if self._handles.closing and not self.broken:
             self._call(self._close_let_go(), self.root)
 
     def journals(self) -> list[str]:
@@ -281,7 +262,7 @@ class SftpSource:
     def _call(self, op: Op[T], path: str) -> T:
         """Run one operation; a transport failure becomes a SourceError naming `path`."""
         try:
-            if not self._closing_kept:
+            if not self._handles.closing:
                 return self._pipe.one(op)
             # The files let go before this call are closed first, before this call's operations open more.
             result = self._pipe.run([self._close_let_go(), op])[1]
@@ -296,7 +277,7 @@ class SftpSource:
         ops = [getattr(self, f"_{c[0]}")(*c[1:]) for c in calls]
         # The files let go before this call are closed first: the operations start in order, at most max_ops at
         # once, and the files they open and those still to close must fit in what the server allows together.
-        first = [self._close_let_go()] if self._closing_kept else []
+        first = [self._close_let_go()] if self._handles.closing else []
         try:
             results = self._pipe.run(first + ops)[len(first) :]
         except self._errors as e:
@@ -349,24 +330,24 @@ class SftpSource:
         path = self._sums_path(journal, name)
         head, pos = sums_skip(skip)
         key = (journal, INDEX_DIR)
-        kept = self._kept_for(key, path) if self._keep_max > 0 else None
+        kept = self._handles.get(key, path) if self._handles.most > 0 else None
         if kept is not None:  # checked a regular file when it was opened: READs alone
             # Its header, once read through this handle, is not read again: a header is written once, when the file
             # is made, and another file at the path (a new header) is not what this handle reads.
-            known = self._kept[key].head if head else b""
+            known = self._handles.head(key) if head else b""
             try:
                 if known:
                     return known + (yield from self._read_rest(path, kept, pos, 0))
                 return (yield from self._read_rest(path, kept, pos, head, key))
             except OSError:  # the server no longer has it: open the path again
-                self._let_go(key, kept)
+                self._handles.let_go(key, kept)
         (attrs,) = yield from self._lstats(path)
         if attrs is None:
             return None
         self._is(path, attrs, stat.S_ISREG, "a regular file")  # never open a FIFO: it would hang the server
         end = min(attrs.st_size or 0, MAX_SUMS)
         handle = yield from self._open(path, SFTP_FLAG_READ)
-        if self._keep_max <= 0:  # closed with its reads: a round trip less
+        if self._handles.most <= 0:  # closed with its reads: a round trip less
             return (yield from self._read_open(path, handle, pos, max(pos, end), head, close=True))
         read = self._read_open(path, handle, pos, max(pos, end), head)
         return (yield from self._keeping(key, path, handle, read))
@@ -388,9 +369,8 @@ class SftpSource:
                 except EOFError:  # an empty file
                     pass
                 else:
-                    rec = self._kept.get(key) if key is not None else None
-                    if rec is not None and rec.handle == handle and len(chunks[0]) == head:
-                        self._kept[key] = rec._replace(head=chunks[0])  # type: ignore[index]
+                    if key is not None and len(chunks[0]) == head:
+                        self._handles.remember_head(key, handle, chunks[0])
                 first = []
             try:
                 data = expect(replies[-1], CMD_DATA).get_string()
@@ -490,7 +470,7 @@ class SftpSource:
             try:
                 entries = yield from self._read_entries(handle, path)
             finally:
-                self._closing_kept.append(handle)
+                self._handles.close_later(handle)
         return [(name, attrs) for name, attrs in entries if name not in (".", "..")]
 
     def _read_entries(self, handle: bytes, path: str) -> Op[list[tuple[str, paramiko.SFTPAttributes]]]:
@@ -600,7 +580,7 @@ class SftpSource:
             self._is(path, attrs, stat.S_ISREG, "a regular file")  # never open a FIFO: it would hang the server
             assert attrs is not None
             end = min(end, attrs.st_size or 0)
-        kept = self._kept_for(keep, path) if keep is not None else None
+        kept = self._handles.get(keep, path) if keep is not None else None
         if kept is not None and end <= pos:
             return b""  # nothing to read (as the open path would say, after its fstat)
         if kept is not None:  # checked a regular file when it was opened: a READ alone
@@ -612,9 +592,9 @@ class SftpSource:
                 return data
             # Shorter than the path's lstat (the probe's, or ours): not the file there now. Open the path.
             assert keep is not None
-            self._let_go(keep, kept)
+            self._handles.let_go(keep, kept)
         handle = yield from self._open(path, SFTP_FLAG_READ)
-        if keep is None or self._keep_max <= 0:  # closed with its reads: a round trip less
+        if keep is None or self._handles.most <= 0:  # closed with its reads: a round trip less
             return (yield from self._read_open(path, handle, pos, end, close=True))
         read = self._read_open(path, handle, pos, end)
         return (yield from self._keeping(keep, path, handle, read))
@@ -627,9 +607,9 @@ class SftpSource:
         try:
             result = yield from op
         except BaseException:
-            self._closing_kept.append(handle)
+            self._handles.close_later(handle)
             raise
-        if not self._keep(key, path, handle):
+        if not self._handles.keep(key, path, handle):
             from paramiko.sftp import CMD_CLOSE
 
             # This operation's own handle, used by no other: closed now, not with the next call (a call of many
@@ -637,51 +617,10 @@ class SftpSource:
             yield [(CMD_CLOSE, handle)]  # an error here changes nothing
         return result
 
-    def _kept_for(self, key: tuple[str, str], path: str) -> bytes | None:
-        """The handle kept for `key` if it is `path`'s and young; one of an earlier path, or old, is let go."""
-        kept = self._kept.get(key)
-        if kept is None:
-            return None
-        if kept.path == path and time.monotonic() < kept.until:
-            return kept.handle
-        if kept.path < path or time.monotonic() >= kept.until:  # the journal has moved on to a later segment
-            self._let_go(key, kept.handle)
-        return None
-
-    def _keep(self, key: tuple[str, str], path: str, handle: bytes) -> bool:
-        """Keep `handle` (of `path`) open for `key`; False when it is not kept (the caller closes it): a later file
-        of the key is kept, or there is no room. Nothing kept is pushed out for it: a pass reads its journals in
-        turn, so a cache of the least recently read would hold none of the next pass's files once there are more
-        than it holds; this way the ones kept are read through their handles, until they are KEEP_SECONDS old."""
-        kept = self._kept.get(key)
-        if kept is not None:
-            if kept.path > path:  # a later segment of the journal is kept
-                return False
-            self._let_go(key, kept.handle)
-        if not self._room():
-            return False
-        self._kept[key] = _Kept(path, handle, time.monotonic() + KEEP_SECONDS)
-        return True
-
-    def _room(self) -> bool:
-        """Whether another file may be kept: those kept and those let go but still open (closed with the next
-        call) count, so that with the files the operations of a call open they stay within the server's limit."""
-        return len(self._kept) + len(self._closing_kept) < self._keep_max
-
-    def _let_go(self, key: tuple[str, str], handle: bytes) -> None:
-        """Stop keeping `handle` for `key`; closed with the next call's requests. Only if it is still the one kept
-        there: a handle let go already (by another operation) is queued once, never closed twice (the server
-        reuses a closed handle's name for the next file it opens)."""
-        kept = self._kept.get(key)
-        if kept is not None and kept.handle == handle:
-            del self._kept[key]
-            self._closing_kept.append(handle)
-
     def _close_let_go(self) -> Op[None]:
         """Close the handles let go before this call (taken now, when the call is made: one let go by an operation
         of this call may still be read by another of its operations, and is closed with the next call)."""
-        handles, self._closing_kept = self._closing_kept, []
-        return self._close_handles(handles)
+        return self._close_handles(self._handles.take_closing())
 
     def _close_handles(self, handles: list[bytes]) -> Op[None]:
         """Close `handles` (their errors ignored: what the server no longer has is closed)."""
@@ -796,7 +735,7 @@ class SftpSource:
         ofs = self._path(journal, OFFSET_DIR)
         final = posixpath.join(ofs, offset_file_name(reader))
         key = (journal, f"{OFFSET_DIR}/{reader}")
-        kept = self._kept_for(key, final) if self._keep_max > 0 else None
+        kept = self._handles.get(key, final) if self._handles.most > 0 else None
         if kept is not None:
             # The file this channel created (exclusively, below) and renamed into place: its 8 bytes overwritten in
             # place, as a local commit does (sej.offset). One round trip, 2 requests instead of 8 and 4.
@@ -807,7 +746,7 @@ class SftpSource:
             try:
                 expect_ok(write)
             except (OSError, EOFError):  # the server no longer has it: replaced below
-                self._let_go(key, kept)
+                self._handles.let_go(key, kept)
             else:
                 return
         tmp = temp_name(final)
@@ -822,7 +761,7 @@ class SftpSource:
             self._is(final, there, stat.S_ISREG, "a regular file")  # a symlink or FIFO there is not replaced
         # O_CREAT|O_EXCL: never through a symlink.
         handle = yield from self._open(tmp, SFTP_FLAG_WRITE | SFTP_FLAG_CREATE | SFTP_FLAG_EXCL)
-        keep = key in self._kept or self._room()  # kept for the next commits (above) if there is room
+        keep = key in self._handles or self._handles.room()  # kept for the next commits (above) if there is room
         try:
             write, _fsync, *closed = yield [
                 (CMD_WRITE, handle, int64(0), encode_offset(value)),
@@ -838,10 +777,10 @@ class SftpSource:
             raise
         except BaseException:
             if keep:
-                self._closing_kept.append(handle)  # closed with the next requests
+                self._handles.close_later(handle)  # closed with the next requests
             yield [(CMD_REMOVE, tmp.encode())]  # our own temp file; an error here changes nothing
             raise
-        if keep and not self._keep(key, final, handle):
+        if keep and not self._handles.keep(key, final, handle):
             yield [(CMD_CLOSE, handle)]  # no room left meanwhile; an error here changes nothing
 
     def _sweep(self, journal: str, ofs: str, final: str) -> Op[None]:
