@@ -378,7 +378,8 @@ def test_over_version_2_the_pushed_state_answers_the_listing_and_the_probe_witho
         last = sej.list_segments(str(root / j))[-1].path
         wait_until(lambda: src.size(j, os.path.basename(last)) == os.path.getsize(last), scaled(10),
                    "the append's size pushed")  # fmt: skip
-        assert [j] in pushes
+        # [] (every journal's state) when the burst also had an event naming no journal (under load, as above)
+        assert any(p in ([j], []) for p in pushes[1:]), pushes
         assert conn._next_id == sent
         assert src.read(j, os.path.basename(last), 0, 8) == open(last, "rb").read(8)
         assert conn._next_id == sent + 1, "a read is a call"
