@@ -512,19 +512,21 @@ class _Pass:
         Many copies: one syncfs makes them durable together, not an fsync each. Such a copy stops before a next
         segment while the current one is not durable (recovery looks at the last one only); it goes on after the
         syncfs, in a further layer."""
-        batched = len(batch) >= SYNCFS_FROM and HAVE_SYNCFS
-        done = self.layer(batch, SyncBatch(self.dest_root, self.destinations) if batched else None)
+        done = self.layer(batch, self.sync_batch(len(batch)))
         index = {p.journal: k for k, (p, _o, _src) in enumerate(done)}
         again = [p for p, o, _src in done if _more(o)]
         for _ in range(max((len(p.segments or ()) for p in again), default=0)):  # each rolls over once
             if not again or self.stopped():
                 break
-            synced = SyncBatch(self.dest_root, self.destinations) if len(again) >= SYNCFS_FROM else None
-            for p, o, src in self.layer(again, synced):
+            for p, o, src in self.layer(again, self.sync_batch(len(again))):
                 k = index[p.journal]
                 done[k] = (p, _continued(p, done[k][1], o), src if o.result is not None else done[k][2])
             again = [p for p in again if _more(done[index[p.journal]][1])]
         return done
+
+    def sync_batch(self, copies: int) -> SyncBatch | None:
+        """One syncfs for this many copies, or None: an fsync each (few copies, or no syncfs here)."""
+        return SyncBatch(self.dest_root, self.destinations) if copies >= SYNCFS_FROM and HAVE_SYNCFS else None
 
     def layer(self, plans: list[_Plan], synced: SyncBatch | None) -> list[_Copied]:
         """Copy `plans` (the big ones reading on the workers' channels); with `synced`, made durable by it."""
