@@ -89,7 +89,6 @@ _I32 = pa.int32()
 _U64 = pa.uint64()
 _U8 = pa.uint8()
 _NEGATIVE = re.compile(rb"[\x80-\xff]")
-_U32 = struct.Struct(">I").unpack_from
 _KEY_SIZE_AT = HEADER_SIZE - 1
 _HEADER_SIZE, _KEY_SIZE, _SIZE_FIELD = (pa.scalar(v, _I32) for v in (HEADER_SIZE, _KEY_SIZE_AT, SIZE_FIELD))
 _NO_TIMESTAMP = -(2**63)
@@ -145,13 +144,13 @@ def _chain(data: bytes | bytearray, pos: int, end: int) -> array.array[int]:
     """
     chain = [pos]
     append = chain.append
-    u32 = _U32
+    value_size, overhead = _VALUE_SIZE_AFTER_KEY, _OVERHEAD_WITH_KEY
     p = pos
     view = data if len(data) == end else memoryview(data)[:end]
     try:  # an unsigned value size always moves on by at least OVERHEAD bytes; reads past `end` raise
         while True:
             ks = view[p + 17]  # _KEY_SIZE_AT
-            p += 26 + ks + u32(view, p + 18 + ks)[0]  # OVERHEAD, HEADER_SIZE
+            p += overhead[ks] + value_size[ks](view, p)[0]
             append(p)
     except (IndexError, struct.error):
         pass  # a header cut by the buffer's end
@@ -162,6 +161,10 @@ def _chain(data: bytes | bytearray, pos: int, end: int) -> array.array[int]:
         chain.pop()
     return array.array("i", chain)
 
+
+_VALUE_SIZE_AFTER_KEY = [struct.Struct(f">{HEADER_SIZE + ks}xI").unpack_from for ks in range(256)]
+"""For each key size byte, the reader of the (unsigned) value size field of a frame at a position: one call."""
+_OVERHEAD_WITH_KEY = [OVERHEAD + ks for ks in range(256)]
 
 _PARTS = 5
 """A frame's five parts, in order: header, key, value size, value, trailing size."""
@@ -200,10 +203,10 @@ def _columns(
     if k == 0:
         return None, 0
     offsets = pc.add(_ramp_u64(_size(k)).slice(0, k), pa.scalar(expect, _U64))  # what the frames must carry
-    wanted = array.array("Q", _bytes(offsets, 8))
-    wanted.byteswap()
-    found = _bytes(pc.binary_slice(heads.slice(0, k), 0, 8), 8)
-    if found != (want := wanted.tobytes()):
+    stamps = array.array("Q", _bytes(pc.binary_slice(heads, 0, 16), 16))  # each frame's offset, then timestamp
+    stamps.byteswap()
+    found = stamps[0 : 2 * k : 2].tobytes()
+    if found != (want := _bytes(offsets, 8)):
         k = common_prefix(found, want, 8 * k) // 8
         if k == 0:
             return None, 0
@@ -213,7 +216,7 @@ def _columns(
                               "the offset column's type (Arrow's int64, Spark's long)")  # fmt: skip
     cols = Columns(
         pa.Array.from_buffers(_I64, k, [None, offsets.buffers()[1]]),  # the same values, all below 2**63
-        _be(heads, 8, 8),
+        pa.Array.from_buffers(_I64, n, [None, pa.py_buffer(stamps[1::2])]),  # the same bits, signed
         _byte(heads, HEADER_SIZE - 2),
         pc.take(parts, _part(n, 1)),
         pc.take(parts, _part(n, 3)),
