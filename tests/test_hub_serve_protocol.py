@@ -443,3 +443,27 @@ def test_a_state_from_a_server_of_version_1_fails_the_stream() -> None:
         assert "a STATE message from the server" in str(conn.failed)
     finally:
         conn.close()
+
+
+def test_the_servers_own_reads_for_the_hub_are_no_news(tmp_path) -> None:
+    """Reading a journal opens and closes its files: not events the server watches (watchdog's default has them),
+    else a pass over many journals was thousands of events, and the kernel's queue overflowed."""
+    root = tmp_path / "root"
+    produce(str(root), 100)
+    read, appended = sorted(os.listdir(root))[:2]
+    conn = serving(str(root), versions=(1,))  # names only: each push says which journals
+    pushes: list[list[str]] = []
+    try:
+        conn.watch(pushes.append)
+        assert conn.call_many([("journals",)])[0][0]  # the watch is on now (answered after it)
+        segs = ServeSource(conn, "t").segments(read)
+        for _ in range(3):
+            got = conn.call_many([("read", read, s.name, 0, s.size) for s in segs] +
+                                 [("read_sums", read, s.name, 0) for s in segs])  # fmt: skip
+            assert all(not isinstance(g, BaseException) for g in got), got
+        with sej.Writer(str(root / appended), durability="flush") as w:
+            w.append(b"new")
+        wait_until(lambda: any(appended in p or p == [] for p in pushes), scaled(10), "the append's push")
+        assert not any(read in p for p in pushes), pushes
+    finally:
+        conn.close()

@@ -13,7 +13,17 @@ import os
 import threading
 from collections.abc import Callable
 
-from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.events import (
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirMovedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
 
 from ..errors import InvalidArgumentError
 from ..layout import OFFSET_DIR, RETENTION_LOCK, WRITER_LOCK
@@ -26,6 +36,12 @@ log = logging.getLogger("sej.hub.serve")
 MAX_PENDING = 1 << 16
 """Journals named in one push at most; more changed at once are pushed as [] ("anything may have changed")."""
 
+
+EVENTS = (FileModifiedEvent, FileCreatedEvent, FileDeletedEvent, FileMovedEvent, DirCreatedEvent, DirDeletedEvent,
+          DirMovedEvent)  # fmt: skip
+"""The kinds of events watched: what writers, sealing and retention do to a journal's files. Not opens and closes
+(watchdog's default includes them): the server's own reads for the hub would be events, thousands a pass over many
+journals, and the kernel's queue (16,384 by default) overflowed under them, costing a walk of the whole tree."""
 
 IGNORED = (OFFSET_DIR, WRITER_LOCK, RETENTION_LOCK)
 """What changes in a journal's directory without new bytes for the hub: readers' offsets (the hub's own commits
@@ -59,7 +75,7 @@ class Pusher:
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="sej-serve-push", daemon=True)
         self._thread.start()
-        self._sub = Subscription(path, _Changes(self), recursive=True)
+        self._sub = Subscription(path, _Changes(self), recursive=True, event_filter=list(EVENTS))
         if state is not None:
             self.refresh()  # the whole state, listed after the watch began: nothing falls between them
 
