@@ -400,6 +400,7 @@ def test_a_hub_of_version_1_gets_names_only_and_asks(tmp_path) -> None:
     try:
         assert conn.version == 1
         conn.watch(pushes.append)
+        assert conn.call_many([("journals",)])[0][0]  # the watch is on now (answered after it)
         j = sorted(os.listdir(root))[0]
         with sej.Writer(str(root / j), durability="flush") as w:
             w.append(b"new")
