@@ -150,6 +150,28 @@ def frame_total(data: bytes | bytearray | memoryview, p: int, n: int) -> int | N
 FRAME_FORMAT = ">QqBb{ks}si{vs}si"
 """A whole frame with known key and value sizes: one pack or unpack call."""
 
+FRAME_STRUCTS: dict[int, struct.Struct] = {}
+"""The whole-frame structs of the writers (FRAME_FORMAT) by their sizes, `value size << 7 | key size`, made by
+frame_struct on first use: appends of any sizes take one dictionary lookup and one struct call each."""
+
+FRAME_STRUCTS_MAX = 8192
+"""Sizes remembered at most (about 0.5 KiB each); the next new one clears them all."""
+
+
+def frame_struct(ks: int, vs: int) -> struct.Struct:
+    """The whole-frame struct for these sizes, remembered in FRAME_STRUCTS.
+
+    Not for a key longer than MAX_KEY: its sizes would name another entry (its packing fails anyway, the key
+    size field being a signed byte), and that entry must hold the struct of its own sizes.
+    """
+    st = struct.Struct(FRAME_FORMAT.format(ks=ks, vs=vs))
+    if 0 <= ks <= MAX_KEY:
+        if len(FRAME_STRUCTS) >= FRAME_STRUCTS_MAX:
+            FRAME_STRUCTS.clear()
+        FRAME_STRUCTS[vs << 7 | ks] = st
+    return st
+
+
 CHECK_FORMAT = ">Qqxb{ks}xi{vs}xi"
 """offset, timestamp, key size, value size and size of such a frame; key and value are skipped."""
 
@@ -501,6 +523,8 @@ def common_prefix(column: bytes, want: bytes, k: int) -> int:
 __all__ = [
     "CHECK_FORMAT",
     "FRAME_FORMAT",
+    "FRAME_STRUCTS",
+    "FRAME_STRUCTS_MAX",
     "HEADER",
     "HEADER_SIZE",
     "I32",
@@ -519,6 +543,7 @@ __all__ = [
     "common_prefix",
     "decode_batch",
     "frame_at",
+    "frame_struct",
     "frame_total",
     "sized_struct",
     "walk_frames",

@@ -36,7 +36,7 @@ from .aio import AioSync
 from .appender import SegmentAppender
 from .commit import GroupCommit
 from .errors import ClosedError, CorruptionError, InvalidArgumentError, LockLostError, SyncError
-from .frames import FRAME_FORMAT, HEADER, MAX_OFFSET, OVERHEAD, sized_struct
+from .frames import FRAME_FORMAT, FRAME_STRUCTS, HEADER, MAX_OFFSET, OVERHEAD, frame_struct, sized_struct
 from .layout import (
     index_dir,
     journal_path,
@@ -58,6 +58,7 @@ LOCK_CHECK_INTERVAL = 0.1
 _time_ns = time.time_ns
 _monotonic = time.monotonic
 _running_loop = asyncio.get_running_loop
+_structs = FRAME_STRUCTS
 
 
 class Writer:
@@ -149,7 +150,9 @@ class Writer:
         # `_written` is read before `_fd`: bytes counted in it are in this file, or in one
         # the writer fsynced when it rolled over.
         self._commit = GroupCommit(_position_of(weakref.ref(self)))
-        self._last_struct = sized_struct(FRAME_FORMAT, 0, 0)  # the frame struct of the last append, and its sizes
+        # The whole-frame struct of the last append, and its sizes: appends of one size take it at once, others
+        # look theirs up in FRAME_STRUCTS.
+        self._last_struct = frame_struct(0, 0)
         self._last_klen = 0
         self._last_vlen = 0
         # A fixed-capacity buffer filled in place: it is never shrunk and regrown, which
@@ -194,10 +197,14 @@ class Writer:
         One threshold stands for three: the next index entry is due, the buffer is
         full, or the segment is full.
         """
-        due = min(self._index_next, self.segment_size)
+        due = self._index_next
+        if due > self.segment_size:
+            due = self.segment_size
         start = self._size - self._fill  # where the buffer's bytes go
-        self._mark = min(due, start + self._buffer_size)
-        self._ack_mark = min(due, start + self._ack_fill)  # the same for acked appends (see _ack_fill)
+        full = start + self._buffer_size
+        self._mark = due if due < full else full
+        full = start + self._ack_fill  # the same for acked appends (see _ack_fill)
+        self._ack_mark = due if due < full else full
 
     def _roll(self) -> None:
         """Finish the current segment (flush, fsync) and start the next. Holds self._lock."""
@@ -246,7 +253,9 @@ class Writer:
                 if vlen == self._last_vlen and klen == self._last_klen:
                     st = self._last_struct
                 else:
-                    st = self._struct_for(key, value, klen, vlen)
+                    st = self._last_struct = _structs.get(vlen << 7 | klen) or frame_struct(klen, vlen)
+                    self._last_klen = klen
+                    self._last_vlen = vlen
                 n = klen + vlen + OVERHEAD
                 st.pack_into(buf, fill, off, timestamp, type, klen, key, vlen, value, n)
             except (struct.error, TypeError, OverflowError) as e:
@@ -286,7 +295,9 @@ class Writer:
             if vlen == self._last_vlen and klen == self._last_klen:
                 st = self._last_struct
             else:
-                st = self._struct_for(key, value, klen, vlen)
+                st = self._last_struct = _structs.get(vlen << 7 | klen) or frame_struct(klen, vlen)
+                self._last_klen = klen
+                self._last_vlen = vlen
             n = klen + vlen + OVERHEAD
             st.pack_into(buf, fill, off, timestamp, type, klen, key, vlen, value, n)
         except (struct.error, TypeError, OverflowError) as e:
@@ -309,6 +320,8 @@ class Writer:
         if pos >= self._index_next:
             self._index.index.add(off, pos, self._max_ts)
             self._index_next = pos + idx.INTERVAL
+        elif self._size < self.segment_size and self._fill < (self._ack_fill if acked else self._buffer_size):
+            return  # the frame ends past the next index entry's place: the next frame takes it (the marks stay)
         if self._fill >= (self._ack_fill if acked else self._buffer_size):
             self._spill()
         if self._size >= self.segment_size:
@@ -323,7 +336,7 @@ class Writer:
         """
         try:
             klen, vlen = len(key), len(value)
-            st = self._struct_for(key, value, klen, vlen)
+            st = sized_struct(FRAME_FORMAT, klen, vlen)
         except (struct.error, TypeError, OverflowError):
             raise _bad_input(off, ts, typ, key, value, exc) from None
         n = klen + vlen + OVERHEAD
@@ -343,18 +356,6 @@ class Writer:
             self._write(frame)
         self._set_mark()
         return n
-
-    def _struct_for(self, key: bytes, value: bytes, klen: int, vlen: int) -> struct.Struct:
-        """The frame struct for these sizes, remembered as the last one used.
-
-        Packing checks the fields: a value that is not bytes, or a size out of range,
-        fails there and `_bad_input` names it.
-        """
-        st = sized_struct(FRAME_FORMAT, klen, vlen)
-        self._last_struct = st
-        self._last_klen = klen
-        self._last_vlen = vlen
-        return st
 
     def append_many(
         self,
@@ -462,7 +463,9 @@ class Writer:
                 if vlen == self._last_vlen and klen == self._last_klen:
                     st = self._last_struct
                 else:
-                    st = self._struct_for(key, value, klen, vlen)
+                    st = self._last_struct = _structs.get(vlen << 7 | klen) or frame_struct(klen, vlen)
+                    self._last_klen = klen
+                    self._last_vlen = vlen
                 n = klen + vlen + OVERHEAD
                 st.pack_into(buf, fill, off, timestamp, type, klen, key, vlen, value, n)
             except (struct.error, TypeError, OverflowError) as e:
@@ -591,9 +594,10 @@ class Writer:
         max_ts = self._max_ts if self._max_ts >= ts else ts  # one timestamp for the whole batch
         parts: list[bytes] = []
         add = parts.append
+        structs = _structs
         n = len(vals)
         klen = len(key)
-        cached = -1
+        cached = -1  # the sizes of `st`
         st = None
         try:
             while i < n:
@@ -602,11 +606,11 @@ class Writer:
                     key = keys[i]
                     klen = len(key)
                 vlen = len(value)
-                sizes = klen << 32 | vlen
-                if sizes != cached:
-                    st = sized_struct(FRAME_FORMAT, klen, vlen)
-                    cached = sizes
                 size = klen + vlen + OVERHEAD
+                sizes = vlen << 7 | klen
+                if sizes != cached:
+                    st = structs.get(sizes) or frame_struct(klen, vlen)
+                    cached = sizes
                 add(st.pack(off, ts, typ, klen, key, vlen, value, size))  # type: ignore[union-attr]
                 if pos >= index_next:
                     index.add(off, pos, max_ts)
