@@ -36,7 +36,6 @@ from .frames import (
     check_frame,
     common_prefix,
     frame_at,
-    frame_total,
 )
 
 try:
@@ -49,6 +48,7 @@ except ImportError as e:  # pragma: no cover - the spark extra is installed in C
     ) from None
 
 from .checksum import ReadCheck  # noqa: E402
+from .chunks import FrameChunks, pread_full  # noqa: E402
 from .fsutil import open_file  # noqa: E402
 from .journal import check_journal, next_offset, offset_position  # noqa: E402
 from .layout import journal_path, list_segments, sum_path  # noqa: E402
@@ -396,37 +396,34 @@ def read_columns(
     With `check`, each chunk is checked against the segment's checksums before it is decoded (bytes past
     the last checksum record are read unchecked). A frame bigger than a chunk gets a bigger one. An
     incomplete frame at `end` ends the read quietly (a message being written); any other problem raises
-    CorruptionError. The caller stops early by closing the iterator.
+    CorruptionError. The caller stops early by closing the iterator. Read with the one chunked frame reader
+    (sej.chunks.FrameChunks), as every reader of frames.
     """
-    want = READ_CHUNK
-    data = bytearray(min(READ_CHUNK, max(0, end - pos)))  # reused: no column refers to it
-    while pos < end:
-        size = min(want, end - pos)
-        if len(data) < size:
-            data = bytearray(size)
-        got = _preadv_full(fd, memoryview(data)[:size], pos)
-        if not got:
-            return
+    buf = bytearray(min(READ_CHUNK, max(0, end - pos)))  # reused for whole chunks: no column refers to it
+
+    def read(at: int, n: int) -> bytes | bytearray:
+        if n != len(buf):
+            return pread_full(fd, n, at)
+        got = _preadv_full(fd, memoryview(buf), at)
+        return buf if got == n else bytes(buf[:got])
+
+    def step(data: bytes | bytearray, n: int, at: int) -> tuple[Columns | None, int, Problem | None]:
         if check is not None:
-            with memoryview(data)[:got] as view:
-                check.check(fd, end, pos, pos + got, view)
+            with memoryview(data)[:n] as view:
+                check.check(fd, end, at, at + n, view)
         try:
-            cols, used, problem = decode_columns(data, 0, got, expect)
+            return decode_columns(data, 0, n, expect)
         except CorruptionError as e:  # an offset no column holds: at a position in the chunk
-            raise CorruptionError(path, pos + e.position, e.reason) from None
-        if cols is not None:
-            yield cols
-            expect += len(cols.offset)
-        pos += used
-        want = READ_CHUNK
-        if problem is not None:
-            if not problem.incomplete:
-                raise CorruptionError(path, pos, problem.reason)
-            if used == 0:
-                if pos + got >= end:
-                    return  # an unfinished last message: not there yet
-                head = bytes(data[: min(got, 256)])  # the frame's header
-                want = max(READ_CHUNK, frame_total(head, 0, len(head)) or 2 * got)
+            raise CorruptionError(path, at + e.position, e.reason) from None
+
+    chunks = FrameChunks(read, pos, end, step, READ_CHUNK)  # the one chunked frame reader: bigger frames grow it
+    for cols in chunks:
+        assert isinstance(cols, Columns)
+        yield cols
+        expect += len(cols.offset)
+    problem = chunks.stop.problem if chunks.stop is not None else None
+    if problem is not None and not problem.incomplete:
+        raise CorruptionError(path, problem.position, problem.reason)
 
 
 def record_batch(cols: Columns, client: str | None, shard: str, root: str | None = None) -> pa.RecordBatch:
