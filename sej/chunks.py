@@ -127,15 +127,16 @@ class FrameChunks(Generic[T]):
                 stop = Stop(pos, end, problem._replace(position=pos))  # damage, or a frame cut by the end
             elif not used:  # the first frame does not fit a whole chunk
                 stop, total = self._bigger(data, n, pos, end, problem._replace(position=pos))
-                if stop is None and total is None:  # a chunk smaller than the frame's header: a bigger one
-                    want = 2 * n
-                elif stop is None and self.grow:
-                    want = total
-                elif stop is None:
-                    pos += total
-                    self.pos = pos
-                    yield BigFrame(at, total, data)
-                    continue
+                if stop is None:
+                    if total is None:  # a chunk smaller than the frame's header: a bigger one
+                        want = 2 * n
+                    elif self.grow:
+                        want = total
+                    else:
+                        pos += total
+                        self.pos = pos
+                        yield BigFrame(at, total, data)
+                        continue
             # else: read again from the start of the frame the chunk cut
             self.pos, self.stop = pos, stop
             if used:

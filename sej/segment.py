@@ -82,7 +82,7 @@ def walk(
 
     chunks = FrameChunks(preader(fd), start.position, size, step, CHUNK, grow=False)
     for f in chunks:
-        if type(f) is BigFrame:
+        if isinstance(f, BigFrame):
             ts = HEADER.unpack_from(f.head, 0)[1]
             if ts > max_ts:
                 max_ts = ts
@@ -176,9 +176,9 @@ def read_messages(
         return decode_batch(data, 0, n, offset, limit, journal)
 
     chunks = FrameChunks(preader(fd), pos, size, step, CHUNK)
-    for msgs in chunks:  # the first whole frames: what stops the read after them is found again by the next
-        stop = chunks.stop
-        return msgs, chunks.pos - pos, stop.problem if stop is not None else None
+    for out in chunks:  # the first whole frames, and the Problem that ends the read after them if one does
+        assert not isinstance(out, BigFrame)
+        return out, chunks.pos - pos, chunks.stop.problem if chunks.stop is not None else None
     problem = chunks.stop.problem if chunks.stop is not None else None
     if problem is not None and problem.incomplete:
         problem = _damaged(fd, problem, offset, size)
@@ -248,7 +248,7 @@ def frame_end(fd: int, size: int, entry: Entry) -> int | None:
         return (r, r, None) if isinstance(r, int) else (0, 0, r)
 
     for f in FrameChunks(preader(fd), entry.position, size, step, CHUNK, grow=False):  # a bigger frame: by its trailer
-        return entry.position + (f.total if type(f) is BigFrame else f)
+        return entry.position + (f.total if isinstance(f, BigFrame) else f)
     return None
 
 

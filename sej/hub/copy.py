@@ -783,7 +783,7 @@ def _copy_segment_checked(
 
     chunks = FrameChunks(read, dest.size, NO_END if limit is None else limit, step, chunk, grow=False)
     for item in chunks:
-        if type(item) is BigFrame:
+        if isinstance(item, BigFrame):
             if not _copy_big_frame(source, journal, seg, dest, where, item, chunk, stop, on_bytes, sums):
                 return messages, copied, False
             ts = HEADER.unpack_from(item.head, 0)[1]
