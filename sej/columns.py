@@ -183,12 +183,12 @@ def _columns(
     chain = pa.Array.from_buffers(_I32, n + 1, [None, pa.py_buffer(starts)])
     first, after = chain.slice(0, n), chain.slice(1, n)
     key_at = pc.add(first, _HEADER_SIZE)
-    key_sizes = pc.take(pa.Array.from_buffers(_U8, end, [None, buf]), pc.add(first, _KEY_SIZE))
+    key_sizes = _take(pa.Array.from_buffers(_U8, end, [None, buf]), pc.add(first, _KEY_SIZE))
     size_at = pc.add(key_at, key_sizes)
     bounds = pa.concat_arrays([first, key_at, size_at, pc.add(size_at, _SIZE_FIELD), pc.subtract(after, _SIZE_FIELD),
                                chain.slice(n, 1)])  # fmt: skip
-    parts = pa.Array.from_buffers(pa.binary(), _PARTS * n, [None, pc.take(bounds, _transposed(n)).buffers()[1], buf])
-    heads = _fixed(pc.take(parts, _part(n, 0)), HEADER_SIZE, n)
+    parts = pa.Array.from_buffers(pa.binary(), _PARTS * n, [None, _take(bounds, _transposed(n)).buffers()[1], buf])
+    heads = _fixed(_take(parts, _part(n, 0)), HEADER_SIZE, n)
     # The checks, each one compare of bytes in C (and a binary search for where a failing one fails):
     k = n
     sizes = _bytes(key_sizes, 1)
@@ -196,7 +196,7 @@ def _columns(
         k = _NEGATIVE.search(sizes).start()  # type: ignore[union-attr]
     lengths = array.array("i", _bytes(pc.subtract(after, first), 4))
     lengths.byteswap()  # the trailing size fields they must hold, big-endian
-    trailers = _bytes(pc.take(parts, _part(n, 4)), 4, data=True)
+    trailers = _bytes(_take(parts, _part(n, 4)), 4, data=True)
     if trailers != (want := lengths.tobytes()):
         k = min(k, common_prefix(trailers, want, 4 * n) // 4)
     k = min(k, max(0, MAX_OFFSET + 1 - expect))  # no frame carries an offset past MAX_OFFSET
@@ -218,12 +218,18 @@ def _columns(
         pa.Array.from_buffers(_I64, k, [None, offsets.buffers()[1]]),  # the same values, all below 2**63
         pa.Array.from_buffers(_I64, n, [None, pa.py_buffer(stamps[1::2])]),  # the same bits, signed
         _byte(heads, HEADER_SIZE - 2),
-        pc.take(parts, _part(n, 1)),
-        pc.take(parts, _part(n, 3)),
+        _take(parts, _part(n, 1)),
+        _take(parts, _part(n, 3)),
     )
     if k < n:
         cols = Columns(cols[0], *(a.slice(0, k) for a in cols[1:]))
     return cols, k
+
+
+def _take(a: pa.Array, indices: pa.Array) -> pa.Array:
+    """pc.take without its bounds check: every index here is one the chain of sizes read at (each frame's key size
+    byte is below `end`, its parts lie between its start and the next's) or one of the cached ramps below."""
+    return pc.take(a, indices, boundscheck=False)
 
 
 def _bytes(a: pa.Array, width: int, data: bool = False) -> bytes:
