@@ -28,6 +28,7 @@ import warnings
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
+from itertools import islice, repeat
 from typing import Any, Literal
 
 from . import index as idx
@@ -595,33 +596,28 @@ class Writer:
         parts: list[bytes] = []
         add = parts.append
         structs = _structs
-        n = len(vals)
-        klen = len(key)
+        start = off
         cached = -1  # the sizes of `st`
         st = None
         try:
-            while i < n:
-                value = vals[i]
-                if keys is not None:
-                    key = keys[i]
-                    klen = len(key)
+            for k, value in zip(repeat(key) if keys is None else islice(keys, i, None), islice(vals, i, None)):
+                klen = len(k)
                 vlen = len(value)
                 size = klen + vlen + OVERHEAD
                 sizes = vlen << 7 | klen
                 if sizes != cached:
                     st = structs.get(sizes) or frame_struct(klen, vlen)
                     cached = sizes
-                add(st.pack(off, ts, typ, klen, key, vlen, value, size))  # type: ignore[union-attr]
+                add(st.pack(off, ts, typ, klen, k, vlen, value, size))  # type: ignore[union-attr]
                 if pos >= index_next:
                     index.add(off, pos, max_ts)
                     index_next = pos + idx.INTERVAL
                 off += 1
                 pos += size
-                i += 1
                 if pos >= limit:
                     break
         except (struct.error, TypeError, OverflowError) as e:
-            raise _bad_input(off, ts, typ, key, vals[i], e) from None
+            raise _bad_input(off, ts, typ, k, value, e) from None
         finally:
             # Whatever was encoded is committed, so offsets, sizes and the index stay consistent.
             if parts:
@@ -646,7 +642,7 @@ class Writer:
                     self._write(data)
                     self._index.flush()
                 self._set_mark()
-        return i
+        return i + off - start
 
     # -- flushing and syncing --------------------------------------------------
 
