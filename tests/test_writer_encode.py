@@ -134,3 +134,31 @@ def test_a_key_too_long_is_refused_whatever_the_cache_holds(jdir: str) -> None:
             w.append_many([b"z" * v], b"")
     with sej.Scanner(jdir, "first", timeout=0) as s:
         assert [(m.key, m.value) for m in s] == [(b"", c * v) for v in (5, 6, 7) for c in (b"y", b"z")]
+
+
+def test_append_many_on_a_full_last_segment_writes_one_message_before_the_roll_like_append(tmp_path) -> None:
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    for d in (a, b):
+        with sej.Writer(d) as w:  # a last segment larger than the next writer's segment_size
+            w.append_many([b"x" * 50] * 10, timestamp=1)
+    with sej.Writer(a, segment_size=100) as w:
+        for v in (b"after", b"next", b"z" * 90, b"q"):
+            w.append(v, timestamp=1)
+    with sej.Writer(b, segment_size=100) as w:
+        w.append_many([b"after", b"next", b"z" * 90, b"q"], timestamp=1)
+    sa, sb = sej.list_segments(a), sej.list_segments(b)
+    assert [s.first_offset for s in sa] == [s.first_offset for s in sb] == [0, 11, 13]
+    for x, y in zip(sa, sb):
+        assert Path(x.path).read_bytes() == Path(y.path).read_bytes()
+
+
+def test_append_many_keeps_the_messages_before_one_without_a_length(jdir: str) -> None:
+    with sej.Writer(jdir, segment_size=200) as w:
+        with pytest.raises(sej.InvalidArgumentError, match="value must be bytes"):
+            w.append_many([b"a" * 50] * 6 + [None, b"b"])  # type: ignore[list-item]
+        assert w.next_offset == 6
+        with pytest.raises(sej.InvalidArgumentError, match="key must be bytes"):
+            w.append_many([b"c", b"d"], keys=[b"k", None])  # type: ignore[list-item]
+        assert w.next_offset == 7
+    with sej.Scanner(jdir, "first", timeout=0) as s:
+        assert [m.value for m in s] == [b"a" * 50] * 6 + [b"c"]
