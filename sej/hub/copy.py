@@ -805,7 +805,7 @@ def _copy_segment_checked(
             dest.next, dest.max_ts, next_entry = f.next_offset, f.max_ts, f.next_entry
             if on_bytes is not None:
                 on_bytes(f.used)
-        if stop is not None and stop.is_set():
+        if stop is not None and stop.is_set() and chunks.stop is None:  # else what ends the read is reported
             return messages, copied, True
     end = chunks.stop
     assert end is not None
