@@ -1457,3 +1457,55 @@ print(n, len(os.listdir("/proc/self/fd")) - before)
     assert done.returncode == 0, done.stderr
     n, held = map(int, done.stdout.split())
     assert n > 0 and held <= 120, (n, held)
+
+
+TORN_PRODUCER = r"""
+import os, resource, signal, sys, sej
+from sej.frames import HEADER_SIZE
+jdir = sys.argv[1]
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, as on a full disk
+w = sej.Writer(jdir)
+w.append(b"first")
+w.flush()
+seg = [f for f in os.listdir(os.path.join(jdir, "jnl")) if f.endswith(".jnl")][0]
+at = os.path.getsize(os.path.join(jdir, "jnl", seg))  # where the next frame starts
+# A value holding, 5,000 bytes in, what looks like the next message's frame (a producer's bytes are arbitrary).
+fake = sej.message.encode(2, 7, 0, b"", b"not a message")
+value = os.urandom(5000) + fake + os.urandom(20_000)
+cut = at + HEADER_SIZE + 4 + 5000 + len(fake)  # the disk fills right after it
+resource.setrlimit(resource.RLIMIT_FSIZE, (cut, resource.RLIM_INFINITY))
+w.append(value)
+try:
+    w.flush()
+except OSError as e:
+    print("torn", e.errno, os.path.getsize(os.path.join(jdir, "jnl", seg)) == cut, flush=True)
+sys.stdin.readline()  # the hub copied the torn journal; room on the disk again
+resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+w.append(b"last")
+w.close()  # writes the rest of the value's frame, kept for a retry, and the next message
+print("done", flush=True)
+"""
+
+
+def test_a_value_that_holds_frames_torn_by_a_full_disk_is_a_tail_not_damage(tmp_path) -> None:
+    """A producer's disk fills in the middle of a message whose value holds bytes that look like the next
+    message's frame, ending just where the write stopped (the bytes are checksummed: the writer records what it
+    wrote). That is a message still being written (the writer keeps the rest and writes it when it can), not a
+    damaged frame that whole frames follow: the hub copies what comes before it and waits, then copies the rest."""
+    src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
+    proc = popen_python(TORN_PRODUCER, os.path.join(src, "j"), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        line = proc.stdout.readline()
+        assert line.split()[0] == "torn" and line.split()[2] == "True", line
+        r = copy_journal(LocalSource(src), "j", hub, "c1", "hub")
+        assert (r.messages, r.next_offset) == (1, 1)
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline() == "done\n"
+    finally:
+        proc.stdin.close()  # type: ignore[union-attr]
+        assert proc.wait(timeout=scaled(60)) == 0
+    r = copy_journal(LocalSource(src), "j", hub, "c1", "hub")
+    assert r.messages == 2
+    assert_identical(src, hub)

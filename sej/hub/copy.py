@@ -819,8 +819,11 @@ def _copy_segment_checked(
             f"{where}: corrupt frame in {source.describe(journal, seg.name)} at byte "
             f"{problem.position}: {problem.reason}; copying stopped before it"
         )
-    if not end.big:
-        # The end for now: a message still being written, unless whole frames follow it.
+    if not end.big and (sums is None or sums.v.covered < end.end):
+        # The end for now: a message still being written, unless whole frames follow it. Only where no checksums
+        # cover the bytes: where they do, the bytes are the writer's own, and a writer writes each frame whole or,
+        # its write cut short (a full disk), writes the rest when it can. What looks like frames in a frame's
+        # first bytes is then its value (any bytes), never proof of damage: the hub waits for the rest.
         resume = chain_back(read, problem.position, end.end, dest.next)
         if resume is not None:
             raise CopyError(
