@@ -130,6 +130,7 @@ COVERED: dict[str, dict[str, str]] = {
         "sej serve --restrict": "tests/test_hub_serve.py",
         "sej serve --restrict ROOT": "tests/test_hub_serve.py",
         "sej copy --serve-command": "tests/test_hub_serve.py",
+        "sej copy --compress": "tests/test_hub_compression.py",
         "sej hub status /var/lib/sej-hub": WATCHING,
         "sej hub status HUB_ROOT": WATCHING,
         "systemctl status": SYSTEMD,
