@@ -204,6 +204,18 @@ print(i, flush=True)
 """
 
 
+def soak_start(tmp_path: Path, keep_on_failure: Callable[[str], None]) -> tuple[int, random.Random, str, str]:
+    """A kill soak's seed (SEJ_HUB_SEED, else random; printed), its rng, and the producer and hub roots, both kept
+    if the test fails."""
+    seed = int(os.environ.get("SEJ_HUB_SEED", random.randrange(1 << 30)))
+    print("seed", seed)
+    src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
+    os.makedirs(src)
+    keep_on_failure(src)
+    keep_on_failure(hub)
+    return seed, random.Random(seed), src, hub
+
+
 def start_producer(src: str, seed: int, n: int = 1_000_000) -> subprocess.Popen[str]:
     p = popen_python(PRODUCER_UNTIL_EOF, src, str(n), str(seed), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert p.stdout is not None and p.stdout.readline().strip() == "writing"
@@ -231,13 +243,7 @@ for _ in range(100000):
 
 def test_copier_killed_at_random_moments_never_gaps_or_duplicates(tmp_path, keep_on_failure) -> None:
     """CI: up to 25 rounds within 45 s; SEJ_SOAK_ROUNDS=N: N rounds, however long they take."""
-    seed = int(os.environ.get("SEJ_HUB_SEED", random.randrange(1 << 30)))
-    print("seed", seed)
-    rng = random.Random(seed)
-    src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
-    os.makedirs(src)
-    keep_on_failure(src)
-    keep_on_failure(hub)
+    seed, rng, src, hub = soak_start(tmp_path, keep_on_failure)
     soak = soak_rounds()
     t0 = time.monotonic()
     producer = start_producer(src, seed)  # writes through every round, until stopped

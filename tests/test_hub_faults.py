@@ -141,21 +141,14 @@ def test_hub_killed_and_link_reset_at_random_moments_over_the_wan(sshd: Sshd, tm
     """The kill soak of test_hub_ssh over the WAN (+50 ms, 200 Mbit/s), sftp and serve in turn: even rounds SIGKILL
     the copying process, odd rounds reset the link under a copy in this process. Then one copy: byte-identical,
     exactly once. CI: 6 rounds within 60 s (scaled); SEJ_SOAK_ROUNDS=N: N rounds."""
-    import random
 
     from sej.hub import copy_all
     from sej.hub.location import Origin, open_sources
 
     from .conftest import soak_rounds
-    from .test_hub_copy import assert_prefix_and_no_commit_ahead, start_producer, stop_producer
+    from .test_hub_copy import assert_prefix_and_no_commit_ahead, soak_start, start_producer, stop_producer
 
-    seed = int(os.environ.get("SEJ_HUB_SEED", random.randrange(1 << 30)))
-    print("seed", seed)
-    rng = random.Random(seed)
-    src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
-    os.makedirs(src)
-    keep_on_failure(src)
-    keep_on_failure(hub)
+    seed, rng, src, hub = soak_start(tmp_path, keep_on_failure)
     soak = soak_rounds()
     rounds = soak or 6
     producer = start_producer(src, seed)

@@ -31,6 +31,7 @@ from .test_hub_copy import (
     assert_identical,
     assert_prefix_and_no_commit_ahead,
     produce,
+    soak_start,
     start_producer,
     stop_producer,
 )
@@ -270,13 +271,7 @@ def test_hub_and_sej_serve_killed_at_random_moments(sshd, tmp_path, keep_on_fail
 
     CI: up to 20 rounds within 60 s; SEJ_SOAK_ROUNDS=N: N rounds, however long they take.
     """
-    seed = int(os.environ.get("SEJ_HUB_SEED", random.randrange(1 << 30)))
-    print("seed", seed)
-    rng = random.Random(seed)
-    src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
-    os.makedirs(src)
-    keep_on_failure(src)
-    keep_on_failure(hub)
+    seed, rng, src, hub = soak_start(tmp_path, keep_on_failure)
     soak = soak_rounds()
     producer = start_producer(src, seed)
     kills = serve_kills = 0

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -32,6 +31,7 @@ from .test_hub_copy import (
     passes_that_remember,
     produce,
     rounds_of_changes,
+    soak_start,
     start_producer,
     stop_producer,
 )
@@ -119,13 +119,7 @@ def test_hub_killed_and_connection_cut_at_random_moments(sshd, tmp_path, keep_on
 
     CI: up to 30 rounds within 60 s; SEJ_SOAK_ROUNDS=N: N rounds (N/2 kills), however long they take.
     """
-    seed = int(os.environ.get("SEJ_HUB_SEED", random.randrange(1 << 30)))
-    print("seed", seed)
-    rng = random.Random(seed)
-    src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
-    os.makedirs(src)
-    keep_on_failure(src)
-    keep_on_failure(hub)
+    seed, rng, src, hub = soak_start(tmp_path, keep_on_failure)
     soak = soak_rounds()
     t0 = time.monotonic()
     producer = start_producer(src, seed)  # writes through every round, until stopped

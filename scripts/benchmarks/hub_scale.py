@@ -121,6 +121,36 @@ def process_cpu(pids: list[int]) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
+def append_round(hub: Path, src: Path, names: list[str], writers: list[sej.Writer], look: float) -> list[float]:
+    """Append one message to each writer; the seconds until each is in the hub's copy (looked at every `look` s)."""
+    sent = []
+    for w in writers:
+        w.append(VALUE, key=KEY)
+        w.flush()
+        sent.append(time.monotonic())
+    want = []
+    for name in names:
+        seg = sej.list_segments(str(src / name))[-1].path
+        want.append((hub / f"c.{name}" / "jnl" / os.path.basename(seg), os.path.getsize(seg)))
+    pending = set(range(len(names)))
+    got: list[float] = []
+    deadline = time.monotonic() + 120
+    while pending:
+        for i in list(pending):
+            path, size = want[i]
+            try:
+                if os.stat(path).st_size >= size:
+                    got.append(time.monotonic() - sent[i])
+                    pending.discard(i)
+            except FileNotFoundError:
+                pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{len(pending)} messages did not reach the hub in 120 s")
+        if pending:
+            time.sleep(look)
+    return got
+
+
 def latency_rounds(server: Sshd, scratch: Path, src: Path, names: list[str], writers: list[sej.Writer],
                    rounds: int) -> tuple[list[float], float, float]:  # fmt: skip
     """sej-hub (poll POLL) over the root; each round appends one message to every journal; the seconds until
@@ -153,29 +183,8 @@ def latency_rounds(server: Sshd, scratch: Path, src: Path, names: list[str], wri
                 time.sleep(0.05)
         hub_cpu, sshd_cpu = process_cpu([proc.pid]), process_cpu(descendants(server.pid))
         for _ in range(rounds):
-            sent = []
-            for w in writers:
-                w.append(VALUE, key=KEY)
-                w.flush()
-                sent.append(time.monotonic())
-            want = []
-            for name in names:
-                seg = sej.list_segments(str(src / name))[-1].path
-                want.append((hub / f"c.{name}" / "jnl" / os.path.basename(seg), os.path.getsize(seg)))
-            pending = set(range(len(names)))
-            deadline = time.monotonic() + 120
-            while pending:
-                for i in list(pending):
-                    path, size = want[i]
-                    try:
-                        if os.stat(path).st_size >= size:
-                            latencies.append(time.monotonic() - sent[i])
-                            pending.discard(i)
-                    except FileNotFoundError:
-                        pass
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"{len(pending)} messages did not reach the hub in 120 s")
-                time.sleep(0.02)  # 1,000 stats per look: looking more often takes CPU from the hub measured
+            # 1,000 stats per look: looking more often takes CPU from the hub measured
+            latencies += append_round(hub, src, names, writers, 0.02)
             time.sleep(4 * POLL)  # a gap between rounds: each round starts with the hub idle
         hub_cpu = (process_cpu([proc.pid]) - hub_cpu) / rounds
         sshd_cpu = (process_cpu(descendants(server.pid)) - sshd_cpu) / rounds

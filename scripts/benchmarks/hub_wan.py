@@ -19,7 +19,7 @@ from testing.wan import Wan
 
 from .common import KEY, ROOT, Config, fresh, installed_env, log, percentile
 from .hub import _sshd
-from .hub_scale import VALUE, build_root, ensure_rsync, journal_names
+from .hub_scale import VALUE, append_round, build_root, ensure_rsync, journal_names
 from .results import Result, Row, fmt_list, ms, ratio, verdict
 
 RTTS = (0.0, 0.002, 0.050, 0.150)
@@ -132,12 +132,12 @@ class Link:
                     time.sleep(0.05)
             time.sleep(1.0)  # the initial copy's last commits and pushes are over
             for _ in range(all_rounds):
-                every += _round(hub, src, names, writers, 0.02)
+                every += append_round(hub, src, names, writers, 0.02)
                 time.sleep(4 * POLL)  # each round starts with the hub idle
             rng = random.Random(39)
             for _ in range(one_rounds):
                 i = rng.randrange(len(names))
-                one += _round(hub, src, [names[i]], [writers[i]], 0.001)
+                one += append_round(hub, src, [names[i]], [writers[i]], 0.001)
                 time.sleep(2 * POLL)
         finally:
             proc.terminate()
@@ -146,36 +146,6 @@ class Link:
             except subprocess.TimeoutExpired:
                 proc.kill()
         return every, one
-
-
-def _round(hub: Path, src: Path, names: list[str], writers: list[sej.Writer], look: float) -> list[float]:
-    """Append one message to each writer; the seconds until each is in the hub's copy (looked at every `look` s)."""
-    sent = []
-    for w in writers:
-        w.append(VALUE, key=KEY)
-        w.flush()
-        sent.append(time.monotonic())
-    want = []
-    for name in names:
-        seg = sej.list_segments(str(src / name))[-1].path
-        want.append((hub / f"c.{name}" / "jnl" / os.path.basename(seg), os.path.getsize(seg)))
-    pending = set(range(len(names)))
-    got: list[float] = []
-    deadline = time.monotonic() + 120
-    while pending:
-        for i in list(pending):
-            path, size = want[i]
-            try:
-                if os.stat(path).st_size >= size:
-                    got.append(time.monotonic() - sent[i])
-                    pending.discard(i)
-            except FileNotFoundError:
-                pass
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{len(pending)} messages did not reach the hub in 120 s")
-        if pending:
-            time.sleep(look)
-    return got
 
 
 def _check(src: Path, names: list[str], hubs: list[Path], dst: Path) -> None:

@@ -81,20 +81,9 @@ def _chunk(batch: list[_Commit], open_journal: Callable[[str], AbstractContextMa
                 c.error = e
 
         list(pool.map(write, batch))
-        live = [c for c in batch if c.error is None]
-        try:
-            _sync(live, files=True)
-        except OSError as e:
-            for c in live:
-                c.error = e
-            live = []
+        live = _synced([c for c in batch if c.error is None], files=True)
         list(pool.map(_rename, live))
-        live = [c for c in live if c.error is None]
-        try:
-            _sync(live, files=False)
-        except OSError as e:
-            for c in live:
-                c.error = e
+        _synced([c for c in live if c.error is None], files=False)
         for c in batch:
             if c.error is None and c.sweep:  # of commits that were killed; best effort, as over SFTP
                 try:
@@ -161,6 +150,17 @@ def _sync(live: list[_Commit], files: bool) -> None:
             if ino not in done:
                 done.add(ino)
                 os.fsync(fd)
+
+
+def _synced(live: list[_Commit], files: bool) -> list[_Commit]:
+    """_sync: the commits made durable, or none (each failed with the error)."""
+    try:
+        _sync(live, files)
+    except OSError as e:
+        for c in live:
+            c.error = e
+        return []
+    return live
 
 
 def _close(c: _Commit) -> None:
