@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import sej
 from sej.errors import ProtocolError
-from sej.hub import copy_all
+from sej.hub import copy_all, serve_server
 from sej.hub import serve_protocol as wire
 from sej.hub.serve_server import Session, serve
 from sej.hub.serve_source import Connection, ServeSource
@@ -360,7 +360,7 @@ def test_over_version_2_the_pushed_state_answers_the_listing_and_the_probe_witho
     produce(str(root), 100)
     journals = sorted(os.listdir(root))
     j = journals[1]
-    conn = serving(str(root))
+    conn = serving(str(root), versions=(1, 2))  # a hub of version 2 (version 3 pushes the bytes too: below)
     pushes: list[list[str]] = []
     try:
         assert conn.version == 2
@@ -388,6 +388,68 @@ def test_over_version_2_the_pushed_state_answers_the_listing_and_the_probe_witho
         assert src.journals() == journals
         assert conn._next_id == sent + 2, "an old state answers nothing"
         wait_until(lambda: conn.state_at > at, scaled(10), "a new whole state, asked for")
+    finally:
+        conn.close()
+
+
+def test_over_version_3_the_pushed_bytes_answer_the_reads_once_and_a_copy_is_byte_identical(tmp_path) -> None:
+    """Version 3: a push carries the bytes an append added (from PUSH_BACK before the last push's end) and the
+    segment's checksum file; the hub answers the pass's read and read_sums from them, without a call, once each (a
+    second read of the same segment is a call). copy_all over them is byte-identical to the producer."""
+    root, hub = tmp_path / "root", str(tmp_path / "hub")
+    produce(str(root), 100)
+    journals = sorted(os.listdir(root))
+    j = journals[2]
+    conn = serving(str(root))
+    pushes: list[list[str]] = []
+    try:
+        assert conn.version == 3
+        conn.watch(pushes.append)
+        wait_until(lambda: conn.state is not None, scaled(10), "the whole state")
+        out = copy_all(lambda: ServeSource(conn, "t"), hub, "c1", "hub")
+        assert all(o.error is None for o in out), [o.error for o in out]
+        last = sej.list_segments(str(root / j))[-1].path
+        name, before = os.path.basename(last), os.path.getsize(last)
+        with sej.Writer(str(root / j), durability="flush") as w:
+            w.append(b"new" * 50)
+        after = os.path.getsize(last)
+        src = ServeSource(conn, "t")
+        wait_until(lambda: src.size(j, name) == after, scaled(10), "the append's size pushed")
+        start = max(0, before - serve_server.PUSH_BACK)
+        sent = conn._next_id
+        sums = src.many([("read", j, name, start, after - start), ("read_sums", j, name, 0)])
+        assert conn._next_id == sent, "answered from the pushed bytes, without a call"
+        data = open(last, "rb").read()
+        assert sums[0] == data[start:after]
+        sums_path = os.path.join(str(root / j), "idx", name[: -len(".jnl")] + ".sum")
+        assert sums[1] == (open(sums_path, "rb").read() if os.path.exists(sums_path) else None)
+        assert src.read(j, name, start, after - start) == data[start:after]
+        assert conn._next_id == sent + 1, "once: a second read is a call"
+        with sej.Writer(str(root / j), durability="flush") as w:
+            w.append(b"more")
+        wait_until(lambda: src.size(j, name) == os.path.getsize(last), scaled(10), "the second append's size pushed")
+        out = copy_all(lambda: ServeSource(conn, "t"), hub, "c1", "hub")
+        assert all(o.error is None for o in out), [o.error for o in out]
+    finally:
+        conn.close()
+    assert_identical(str(root), hub)
+
+
+def test_a_hub_of_version_2_gets_no_bytes_from_a_server_of_version_3(tmp_path) -> None:
+    root = tmp_path / "root"
+    produce(str(root), 20)
+    j = sorted(os.listdir(root))[0]
+    conn = serving(str(root), versions=(2,))
+    try:
+        assert conn.version == 2
+        conn.watch(lambda journals: None)
+        wait_until(lambda: conn.state is not None, scaled(10), "the whole state")
+        with sej.Writer(str(root / j), durability="flush") as w:
+            w.append(b"new")
+        last = sej.list_segments(str(root / j))[-1].path
+        src = ServeSource(conn, "t")
+        wait_until(lambda: src.size(j, os.path.basename(last)) == os.path.getsize(last), scaled(10), "the push")
+        assert conn.failed is None and not conn._data and not conn._sums
     finally:
         conn.close()
 
@@ -432,6 +494,50 @@ def test_a_hostile_state_fails_the_stream_and_answers_nothing(state: list[Any], 
         wait_until(lambda: conn.failed is not None, scaled(5), "the stream failed")
         assert re.search(why, str(conn.failed)), conn.failed
         assert conn.state is None and conn.known([("journals",)]) is None
+    finally:
+        conn.close()
+
+
+_SEG = "0" * 16 + ".jnl"
+
+
+@pytest.mark.parametrize(
+    ("pushed", "why"),
+    [
+        ("x", "list of at most"),
+        ([["p.1.000", _SEG, 0, b"x"]], "not \\[journal, segment"),
+        ([["../p", _SEG, 0, b"x", 0, None]], "cannot be one"),
+        ([["p.1.000", "x.jnl", 0, b"x", 0, None]], "segment"),
+        ([["p.1.000", _SEG, -1, b"x", 0, None]], "integer from 0"),
+        ([["p.1.000", _SEG, 0, "text", 0, None]], "not bytes"),
+        ([["p.1.000", _SEG, 0, b"x", 0, 7]], "not bytes"),
+        ([["p.1.000", _SEG, 0, b"x", 0, None], ["p.1.000", _SEG, 5, b"y", 0, None]], "twice"),
+        ([["p.1.000", _SEG, 0, b"x" * (wire.PUSH_JOURNAL + 1), 0, None]], "more than"),
+        ([[f"j{k}", _SEG, 0, b"x" * wire.PUSH_JOURNAL, 0, None] for k in range(wire.PUSH_FRAME
+                                                                                      // wire.PUSH_JOURNAL + 1)],
+         "more than"),  # fmt: skip
+    ],
+)
+def test_hostile_pushed_bytes_fail_the_stream_and_answer_nothing(pushed: Any, why: str) -> None:
+    state = [wire.STATE, True, [], [], {}, False, pushed]
+    conn = hostile(lambda m: wire.encode(state) if m[0] == wire.WATCH else b"", version=3)
+    try:
+        conn.watch(lambda journals: None)
+        wait_until(lambda: conn.failed is not None, scaled(5), "the stream failed")
+        assert re.search(why, str(conn.failed)), conn.failed
+        assert conn.state is None and conn.known([("read", "p.1.000", _SEG, 0, 1)]) is None
+        assert not conn._data and not conn._sums
+    finally:
+        conn.close()
+
+
+def test_a_version_2_state_from_a_server_of_version_3_fails_the_stream() -> None:
+    conn = hostile(lambda m: wire.encode([wire.STATE, True, [], [], {}, False]) if m[0] == wire.WATCH else b"",
+                   version=3)  # fmt: skip
+    try:
+        conn.watch(lambda journals: None)
+        wait_until(lambda: conn.failed is not None, scaled(5), "the stream failed")
+        assert "items" in str(conn.failed)
     finally:
         conn.close()
 

@@ -22,6 +22,12 @@ Every body is a msgpack array whose first item is its kind:
                                                           server -> hub (version 2): the segments of the journals
                                                           that changed, listed after they changed (None: ask);
                                                           `full`: every journal (the first of `more` frames)
+    [STATE, ..., more, [[journal, segment, start, bytes, sums skip, sums | None], ...]]
+                                                          version 3: the same, and the new bytes themselves
+                                                          (read after the listing, as `read(journal, segment,
+                                                          start, len(bytes))` would answer) with the checksum
+                                                          file (as `read_sums(journal, segment, skip)`), so that
+                                                          the hub copies an append without a round trip
 
 Calls are pipelined: the hub sends as many as it likes, the server answers each in turn. The hub
 speaks first, so that a peer which is not `sej serve` (a shell saying `sej: not found`, an
@@ -45,9 +51,19 @@ from .names import check_journal_name, check_segment_name
 MAGIC = b"SEJSERV\x01"
 """The server's first bytes: whatever else answers (a shell, an sftp-server) is not `sej serve`."""
 
-VERSIONS = (1, 2)
+VERSIONS = (1, 2, 3)
 """Protocol versions this sej speaks; the hello picks the highest both ends know. 2: pushes carry STATE (the changed
-journals' segments and sizes), so that the hub answers a pass's listing and probe without a round trip."""
+journals' segments and sizes), so that the hub answers a pass's listing and probe without a round trip. 3: a STATE
+also carries the new bytes of those journals and their checksum files (bounded: PUSH_JOURNAL, PUSH_FRAME), so that
+the hub answers the pass's reads too."""
+
+PUSH_JOURNAL = 256 << 10
+"""Bytes of one journal's segments (and as many of its checksum files) a STATE carries at most (version 3); a journal
+that grew more is read by the hub, as over version 2."""
+
+PUSH_FRAME = 8 << 20
+"""Bytes of segments and checksum files in one STATE frame at most (version 3): with its listing, well inside
+MAX_FRAME."""
 
 STATE_ENTRIES = 20_000
 """Journals in one STATE frame at most (a full state of more goes in several, `more` set on all but the last)."""
@@ -342,16 +358,24 @@ State = dict[str, list[tuple[int, str, int]] | None]
 """What a STATE tells: each journal's segments as (first offset, name, size), sorted; None: ask the server."""
 
 
+Pushed = tuple[str, str, int, bytes, int, bytes | None]
+"""New bytes a STATE carries (version 3): (journal, segment, start, bytes, sums skip, sums): what `read(journal,
+segment, start, len(bytes))` and `read_sums(journal, segment, skip)` would have answered, read after the listing."""
+
+
 def state(full: bool, entries: list[tuple[str, list[tuple[str, int]] | None]], gone: list[str],
-          skipped: dict[str, str], more: bool = False) -> list[Any]:  # fmt: skip
-    return [STATE, full, [[j, None if segs is None else [list(s) for s in segs]] for j, segs in entries], gone,
-            skipped, more]  # fmt: skip
+          skipped: dict[str, str], more: bool = False, pushed: list[Pushed] | None = None) -> list[Any]:  # fmt: skip
+    """A STATE; with `pushed` (a list, maybe empty: version 3) the new bytes too."""
+    msg = [STATE, full, [[j, None if segs is None else [list(s) for s in segs]] for j, segs in entries], gone,
+           skipped, more]  # fmt: skip
+    return msg if pushed is None else [*msg, [list(p) for p in pushed]]
 
 
-def parse_state(msg: list[Any]) -> tuple[bool, State, list[str], dict[str, str], bool]:
-    """(full, state, gone, skipped, more) of a STATE, every name and size checked and every count bounded."""
-    _shape(msg, 6, "state")
-    full, entries, gone, skipped, more = msg[1:]
+def parse_state(msg: list[Any], version: int = 2) -> tuple[bool, State, list[str], dict[str, str], bool, list[Pushed]]:
+    """(full, state, gone, skipped, more, pushed) of a STATE of protocol `version`, every name and size checked and
+    every count bounded (pushed: version 3's new bytes, [] before)."""
+    _shape(msg, 7 if version >= 3 else 6, "state")
+    full, entries, gone, skipped, more = msg[1:6]
     if type(full) is not bool or type(more) is not bool:
         raise ProtocolError(f"a state's full and more must be true or false: {_show(msg[:2])}, {_show(more)}")
     if not isinstance(entries, list) or len(entries) > STATE_ENTRIES:
@@ -376,7 +400,40 @@ def parse_state(msg: list[Any]) -> tuple[bool, State, list[str], dict[str, str],
         out[name] = check_result("segments", [name], segs)
     return (full, out, [_journal(g) for g in gone],
             {_text(k, "a skipped name", MAX_NAME): _text(v, "why it was skipped") for k, v in skipped.items()},
-            more)  # fmt: skip
+            more, _pushed(msg[6]) if version >= 3 else [])  # fmt: skip
+
+
+def _pushed(items: Any) -> list[Pushed]:
+    """A STATE's new bytes (version 3), checked: names valid, each journal's bytes within PUSH_JOURNAL, all of them
+    within PUSH_FRAME, each segment once."""
+    if not isinstance(items, list) or len(items) > STATE_ENTRIES:
+        raise ProtocolError(f"a state's new bytes must be a list of at most {STATE_ENTRIES}, got {_show(items)}")
+    out: list[Pushed] = []
+    per: dict[str, int] = {}
+    seen: set[tuple[str, str]] = set()
+    total = 0
+    for item in items:
+        if not isinstance(item, list) or len(item) != 6:
+            raise ProtocolError(f"a state's new bytes that are not [journal, segment, start, bytes, sums skip, sums]: "
+                                f"{_show(item)}")  # fmt: skip
+        journal, segment, start, data, skip, sums = item
+        journal = _journal(journal)
+        try:
+            check_segment_name(_text(segment, "a segment name", MAX_NAME))
+        except InvalidArgumentError as e:
+            raise ProtocolError(f"a state's new bytes: {e}") from None
+        if (journal, segment) in seen:
+            raise ProtocolError(f"a state's new bytes name {journal}/{segment} twice")
+        seen.add((journal, segment))
+        if not isinstance(data, bytes) or (sums is not None and not isinstance(sums, bytes)):
+            raise ProtocolError(f"a state's new bytes of {journal}/{segment} are not bytes: {_show(item[3:])}")
+        size = len(data) + (len(sums) if sums is not None else 0)
+        per[journal] = per.get(journal, 0) + size
+        total += size
+        if per[journal] > PUSH_JOURNAL or total > PUSH_FRAME:
+            raise ProtocolError(f"a state's new bytes: more than {PUSH_JOURNAL} for {journal} or {PUSH_FRAME} in all")
+        out.append((journal, segment, _u64(start, "a pushed start"), data, _u64(skip, "a pushed sums skip"), sums))
+    return out
 
 
 def result_limit(method: str, args: list[Any]) -> int:

@@ -17,11 +17,12 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from ..checksum import HEADER as SUM_HEADER
 from ..errors import CorruptionError, InvalidArgumentError, ProtocolError, SejError, UnsafeFileError
-from ..layout import check_reader_name
+from ..layout import INDEX_DIR, check_reader_name, sum_name
 from . import serve_protocol as wire
 from .local_source import LocalSource
-from .names import check_journal_name
+from .names import check_journal_name, check_segment_name
 from .serve_commit import BATCH_FROM, commit_batch
 
 log = logging.getLogger("sej.hub.serve")
@@ -34,6 +35,11 @@ GATHER = 16 << 20
 
 COMMIT_THREADS = 8
 """Commits made at once (each fsyncs its offset file, then its directory)."""
+
+PUSH_BACK = 4096
+"""Bytes before the last push's end that a push (protocol version 3) starts from: the hub reads a journal from
+sej.hub.copy.CHECK_WINDOW before its copy's end, to check that its copy is the producer's, and from as far before
+the end of a checksum file."""
 
 
 class _OneJournal:
@@ -95,6 +101,7 @@ class Session:
         self.version = 0  # the protocol version the hello chose
         self._asked = ""
         self._watch_source: Any = None
+        self._listed: dict[str, dict[str, tuple[int, int]]] = {}  # journal -> segment -> (size, sums size) last pushed
         self.decoder = wire.Decoder()
         self.source: Any = None  # after the hello: a LocalSource (or _OneJournal)
         self.source_root = self.root  # the directory its journals are in
@@ -215,7 +222,9 @@ class Session:
 
     def state_frames(self, names: list[str] | None) -> list[bytes]:
         """STATE frames (protocol version 2) of the journals `names` (None: every journal, in several frames
-        if many): their segments as listed now, by a LocalSource of its own (the pusher's thread calls this)."""
+        if many): their segments as listed now, by a LocalSource of its own (the pusher's thread calls this).
+        From version 3 on, a STATE that is not full also carries the bytes each journal gained since the last
+        push (`_new_bytes`)."""
         source = self._watch_source
         if source is None:
             source = self._watch_source = self._open(self._asked)
@@ -235,12 +244,73 @@ class Session:
                 continue
             entries.append((j, None if len(segs) > wire.MAX_SEGMENTS else [(g.name, g.size) for g in segs]))
         full = names is None or len(names) > wire.STATE_ENTRIES
+        for j in gone:
+            self._listed.pop(j, None)
         if not full:
-            return [wire.encode(wire.state(False, entries, gone, {}))]
+            pushed = self._new_bytes(source, entries) if self.version >= 3 else None
+            return [wire.encode(wire.state(False, entries, gone, {}, False, pushed))]
+        if self.version >= 3:  # what the hub is told now is the base of the next push's bytes
+            self._listed = {j: {name: (size, self._listed.get(j, {}).get(name, (0, 0))[1]) for name, size in segs}
+                            for j, segs in entries if segs is not None}  # fmt: skip
         step = wire.STATE_ENTRIES
         chunks = [entries[k : k + step] for k in range(0, len(entries), step)] or [[]]
-        return [wire.encode(wire.state(k == 0, chunk, [], skipped if k == 0 else {}, k < len(chunks) - 1))
+        empty: list[wire.Pushed] | None = [] if self.version >= 3 else None
+        return [wire.encode(wire.state(k == 0, chunk, [], skipped if k == 0 else {}, k < len(chunks) - 1, empty))
                 for k, chunk in enumerate(chunks)]  # fmt: skip
+
+    def _new_bytes(self, source: Any, entries: list[tuple[str, list[tuple[str, int]] | None]]) -> list[wire.Pushed]:
+        """The bytes each listed journal gained since its last push (from PUSH_BACK before, as the hub reads from its
+        copy's end) and its checksum files (from PUSH_BACK before their size at the last push), read now, after the
+        listing: at most wire.PUSH_JOURNAL a journal and wire.PUSH_FRAME in all. A journal that grew more, or whose
+        files cannot be read, is left to the hub's reads (whose checks are the same: these bytes are only early)."""
+        out: list[wire.Pushed] = []
+        total = 0
+        for j, segs in entries:
+            before = self._listed.pop(j, {})
+            if segs is None:
+                continue
+            now = self._listed[j] = {name: (end, before.get(name, (0, 0))[1]) for name, end in segs}
+            mine: list[wire.Pushed] = []
+            size = 0
+            try:
+                for name, end in segs:
+                    old, old_sums = before.get(name, (0, -1))
+                    if end == old:
+                        continue
+                    start = max(0, old - PUSH_BACK) if end > old else 0
+                    sums_size = self._sums_size(source, j, name)
+                    skip = old_sums - PUSH_BACK if old_sums - PUSH_BACK > SUM_HEADER.size else 0
+                    if sums_size is not None and sums_size < skip:
+                        skip = 0  # the checksum file was cut: whole
+                    want = end - start
+                    if sums_size is not None:
+                        want += sums_size - skip + (SUM_HEADER.size if skip else 0)
+                    now[name] = (end, sums_size or 0)
+                    if size + want > wire.PUSH_JOURNAL or total + size + want > wire.PUSH_FRAME:
+                        mine = []  # too much: the hub reads it all
+                        break
+                    data = source.read(j, name, start, end - start)
+                    sums = source.read_sums(j, name, skip)
+                    size += len(data) + (len(sums) if sums is not None else 0)
+                    if size > wire.PUSH_JOURNAL or total + size > wire.PUSH_FRAME:  # grew since
+                        mine = []
+                        break
+                    mine.append((j, name, start, data, skip, sums))
+            except (SejError, OSError):  # the hub's reads hear the error themselves
+                mine = []
+            if mine:
+                out += mine
+                total += size
+        return out
+
+    @staticmethod
+    def _sums_size(source: Any, journal: str, name: str) -> int | None:
+        """The size of a segment's checksum file, None without one (no link followed: LocalSource's own directory)."""
+        with source._dir(journal, INDEX_DIR) as d:
+            try:
+                return os.stat(sum_name(check_segment_name(name)), dir_fd=d, follow_symlinks=False).st_size
+            except FileNotFoundError:
+                return None
 
     def _open(self, asked: str) -> Any:
         """The source of the root the hub asked for: ROOT, or a journal directly under it."""

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..checksum import HEADER as SUM_HEADER
 from ..errors import CorruptionError, InvalidArgumentError, ProtocolError, SejError, UnsafeFileError
 from . import serve_protocol as wire
 from .source import IO_TIMEOUT, Call, SourceError, SourceSegment
@@ -41,6 +42,10 @@ STATE_TRUST = 30.0
 which those calls go to the server again until a new one comes (asked for after half that): an event the watch
 missed costs at most this. Pushes keep the state current in between."""
 
+PUSHED_KEPT = 64 << 20
+"""Bytes pushed (protocol version 3: new bytes and checksum files) kept at most, waiting for the pass that reads them;
+the oldest go first (their reads then go to the server)."""
+
 SEND_BATCH = 1 << 20
 """Bytes of calls sent in one write: a pass's thousands of calls go out in a few SSH packets' worth each."""
 
@@ -53,6 +58,10 @@ class ServeUnavailable(SourceError):
 def serve_command_line(command: str, root: str) -> str:
     """The remote command line: `command` (a program and its first arguments, as a shell reads them) + serve ROOT."""
     return f"{command} serve {shlex.quote(root)}"
+
+
+_MISS = object()
+"""Not answered by what was pushed."""
 
 
 class _Call:
@@ -95,6 +104,12 @@ class Connection:
         self.state_skipped: dict[str, str] = {}
         self.state_at = 0.0  # when the last whole state came
         self._building: wire.State | None = None  # a whole state coming in several frames
+        # Version 3's pushed bytes, until a read of that segment takes them (once: a read that fails its checks asks
+        # the server next time): (journal, segment) -> (start, bytes), and -> (skip, header, the file from skip) or
+        # None (no checksum file); _kept: their bytes in all (at most PUSHED_KEPT).
+        self._data: dict[tuple[str, str], tuple[int, bytes]] = {}
+        self._sums: dict[tuple[str, str], tuple[int, bytes, bytes] | None] = {}
+        self._kept = 0
         self._refresh_asked = 0.0
         started = time.monotonic()
         self.version, self.sej_version, self.root = self._hello(root, hello_timeout)
@@ -189,7 +204,7 @@ class Connection:
                 self.on_changed(journals)
             return
         if kind == wire.STATE and self.version >= 2:
-            self._state(*wire.parse_state(msg))
+            self._state(*wire.parse_state(msg, self.version))
             return
         if kind == wire.ERROR and len(msg) == 5 and msg[1] == 0:
             _id, _kind, text, _detail = wire.parse_error(msg)
@@ -219,9 +234,13 @@ class Connection:
             return
         raise ProtocolError(f"a {wire.KINDS[kind]} message from the server")
 
-    def _state(self, full: bool, got: wire.State, gone: list[str], skipped: dict[str, str], more: bool) -> None:
-        """A STATE pushed: the journals' segments as the server listed them after they changed."""
+    def _state(self, full: bool, got: wire.State, gone: list[str], skipped: dict[str, str], more: bool,
+               pushed: list[wire.Pushed]) -> None:  # fmt: skip
+        """A STATE pushed: the journals' segments as the server listed them after they changed (and, version 3, the
+        bytes they gained)."""
         with self._cond:
+            for journal, name, start, data, skip, sums in pushed:
+                self._keep(journal, name, start, data, skip, sums)
             if full:
                 self._building, self.state_skipped = dict(got), skipped
             elif self._building is not None:
@@ -237,9 +256,67 @@ class Connection:
         if self.on_changed is not None and not more:
             self.on_changed([] if full else sorted([*got, *gone]))
 
+    def _keep(self, journal: str, name: str, start: int, data: bytes, skip: int, sums: bytes | None) -> None:
+        """Keep a segment's pushed bytes (after those kept already, if they follow on) and its checksum file."""
+        key = (journal, name)
+        had = self._data.pop(key, None)
+        if had is not None:
+            self._kept -= len(had[1])
+            if had[0] <= start <= had[0] + len(had[1]) and start - had[0] + len(data) <= 2 * wire.PUSH_JOURNAL:
+                start, data = had[0], had[1][: start - had[0]] + data
+        self._data[key] = (start, data)
+        self._kept += len(data)
+        old = self._sums.pop(key, None)
+        if old is not None:
+            self._kept -= len(old[1]) + len(old[2])
+        body = sums
+        if sums is None:
+            self._sums[key] = None
+        else:
+            head, body = (sums[: SUM_HEADER.size], sums[SUM_HEADER.size :]) if skip else (sums[: SUM_HEADER.size], sums)
+            base = skip if skip else 0
+            if old is not None and old[0] <= base <= old[0] + len(old[2]) and base - old[0] + len(body) <= (
+                2 * wire.PUSH_JOURNAL
+            ):
+                base, body = old[0], old[2][: base - old[0]] + body
+            self._sums[key] = (base, head, body)
+            self._kept += len(head) + len(body)
+        for _ in range(len(self._data) + len(self._sums)):  # the oldest go first
+            if self._kept <= PUSHED_KEPT:
+                break
+            first = next(iter(self._data or self._sums))
+            data_gone = self._data.pop(first, None)
+            sums_gone = self._sums.pop(first, None)
+            self._kept -= (len(data_gone[1]) if data_gone else 0) + (len(sums_gone[1]) + len(sums_gone[2])
+                                                                      if sums_gone else 0)  # fmt: skip
+
+    def _take(self, method: str, args: list[Any]) -> Any:
+        """A read's or read_sums' result from the pushed bytes, or _MISS; either way they are dropped (used once)."""
+        key = (args[0], args[1])
+        if method == "read":
+            got = self._data.pop(key, None)
+            if got is None:
+                return _MISS
+            self._kept -= len(got[1])
+            start, data = got
+            pos, size = args[2], args[3]
+            return data[pos - start : pos - start + size] if start <= pos and pos + size <= start + len(data) else _MISS
+        if key not in self._sums:
+            return _MISS
+        sums = self._sums.pop(key)
+        if sums is None:
+            return None
+        base, head, body = sums
+        self._kept -= len(head) + len(body)
+        skip = args[2] if args[2] > SUM_HEADER.size else 0
+        if skip == 0:
+            return body if base == 0 else _MISS
+        return head + body[skip - base :] if base <= skip else _MISS
+
     def known(self, calls: list[Call]) -> dict[int, Any] | None:
-        """The results of `calls` the pushed state tells (journals, segments, size), by index; None without a
-        trusted state. Asks the server for a new whole state when this one is getting old."""
+        """The results of `calls` the pushes tell, by index: journals, segments and size from the state, reads from
+        the bytes pushed (version 3); None without a trusted state. Asks the server for a new whole state when this
+        one is getting old."""
         now = time.monotonic()
         with self._cond:
             state = self.state
@@ -250,8 +327,16 @@ class Connection:
             if refresh:
                 self._refresh_asked = now
             out: dict[int, Any] = {}
+            if self._data or self._sums:
+                for i, (method, *args) in enumerate(calls):
+                    if method in ("read", "read_sums"):
+                        got = self._take(method, args)
+                        if got is not _MISS:
+                            out[i] = got
             if age < STATE_TRUST:
                 for i, (method, *args) in enumerate(calls):
+                    if method in ("read", "read_sums"):
+                        continue
                     if method == "journals":
                         out[i] = (sorted(state), dict(self.state_skipped))
                         continue
