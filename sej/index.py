@@ -122,11 +122,16 @@ def save(path: str, index: SparseIndex) -> None:
     atomic_write(path, FILE_HEADER.pack(MAGIC, index.first_offset) + index.data, durable=False)
 
 
+BATCH = 256
+"""Entries (about 1 MiB of segment) a writer lets wait while it spills a full buffer: opening the file costs
+more than the write, so a spill writes them only once this many wait. flush(), sync() and the rest write all."""
+
+
 class Appender:
     """Appends the entries a writer adds to its segment's index file, at each flush.
 
     The file is opened per flush, not held open: a process with many shards keeps
-    only two descriptors per journal (the lock and the segment).
+    no descriptor per journal for it.
     """
 
     __slots__ = ("path", "index", "_saved")
@@ -139,9 +144,10 @@ class Appender:
             save(path, index)
         self._saved = len(index.data)
 
-    def flush(self) -> None:
+    def flush(self, at_least: int = 1) -> None:
+        """Append the entries added since the last flush, if `at_least` of them wait."""
         data = self.index.data
-        if len(data) > self._saved:
+        if len(data) - self._saved >= at_least * ENTRY.size:
             # Only a regular file: no link is followed, no FIFO blocks the writer. A file removed meanwhile
             # stays removed (the index is derived data: readers rebuild it), rather than recreated headless.
             try:

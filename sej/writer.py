@@ -60,6 +60,8 @@ _time_ns = time.time_ns
 _monotonic = time.monotonic
 _running_loop = asyncio.get_running_loop
 _structs = FRAME_STRUCTS
+_NO_INDEX = 1 << 62
+"""`_spill`'s index argument when no index entry may be written yet."""
 
 
 class Writer:
@@ -324,7 +326,7 @@ class Writer:
         elif self._size < self.segment_size and self._fill < (self._ack_fill if acked else self._buffer_size):
             return  # the frame ends past the next index entry's place: the next frame takes it (the marks stay)
         if self._fill >= (self._ack_fill if acked else self._buffer_size):
-            self._spill()
+            self._spill(idx.BATCH if acked or self._buffer_size else 1)  # write-through modes write the index too
         if self._size >= self.segment_size:
             self._roll()
         self._set_mark()
@@ -349,7 +351,7 @@ class Writer:
             frame = st.pack(off, ts, typ, klen, key, vlen, value, n)
         except (struct.error, TypeError, OverflowError) as e:
             raise _bad_input(off, ts, typ, key, value, e) from None
-        self._spill()
+        self._spill(idx.BATCH)
         if n <= len(buf):
             buf[:n] = frame
             self._fill = n
@@ -629,18 +631,19 @@ class Writer:
                 buf = self._buf
                 assert buf is not None
                 fill = self._fill
+                batch = idx.BATCH if self._buffer_size else 1  # write-through modes write the index too
                 if fill == 0 and len(data) >= self._buffer_size:
                     self._write(data)  # a batch that fills the buffer goes straight out
-                    self._index.flush()
+                    self._index.flush(batch)
                 elif fill + len(data) <= len(buf):
                     buf[fill : fill + len(data)] = data
                     self._fill = fill + len(data)
                     if self._fill >= self._buffer_size:
-                        self._spill()
+                        self._spill(batch)
                 else:
-                    self._spill()
+                    self._spill(_NO_INDEX)  # the new entries point into `data`: written after it
                     self._write(data)
-                    self._index.flush()
+                    self._index.flush(batch)
                 self._set_mark()
         return i + off - start
 
@@ -665,8 +668,11 @@ class Writer:
         if self._lost is not None:
             raise LockLostError(writer_lock_path(self.dir), self._lost)
 
-    def _spill(self) -> None:
-        """Write the buffer to the OS. Holds self._lock."""
+    def _spill(self, index: int = 1) -> None:
+        """Write the buffer to the OS, then the index entries if `index` or more wait. Holds self._lock.
+
+        A spill of a full buffer lets up to idx.BATCH entries wait (opening the index file costs more than
+        the write); flush(), sync(), rollover and close() write them all."""
         fill = self._fill
         if self._lost is not None:
             self._check_lock()  # raises: not even the index is written any more
@@ -682,7 +688,7 @@ class Writer:
                     buf[: fill - done] = buf[done:fill]
                 self._fill = fill - done
                 self._set_mark()
-        self._index.flush()  # after the data it points to
+        self._index.flush(index)  # after the data it points to
 
     def _write(self, data: bytes | bytearray | memoryview) -> None:
         """Write all of `data` to the segment, counting what was written even on error."""
