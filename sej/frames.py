@@ -150,26 +150,40 @@ def frame_total(data: bytes | bytearray | memoryview, p: int, n: int) -> int | N
 FRAME_FORMAT = ">QqBb{ks}si{vs}si"
 """A whole frame with known key and value sizes: one pack or unpack call."""
 
-FRAME_STRUCTS: dict[int, struct.Struct] = {}
-"""The whole-frame structs of the writers (FRAME_FORMAT) by their sizes, `value size << 7 | key size`, made by
-frame_struct on first use: appends of any sizes take one dictionary lookup and one struct call each."""
+FRAME_STRUCTS: list[dict[int, tuple[struct.Struct, int]]] = [{} for _ in range(MAX_KEY + 1)]
+"""The whole-frame structs of the writers (FRAME_FORMAT) and their frame sizes, `FRAME_STRUCTS[key size][value
+size]`, made by frame_struct on first use: appends of any sizes take one list index, one dictionary lookup of a
+small int and one struct call each (no arithmetic on the sizes: in CPython 3.11 a shift and an or of two ints cost
+as much as the lookup)."""
 
 FRAME_STRUCTS_MAX = 8192
 """Sizes remembered at most (about 0.5 KiB each); the next new one clears them all."""
 
+_held = 0  # entries in FRAME_STRUCTS
 
-def frame_struct(ks: int, vs: int) -> struct.Struct:
-    """The whole-frame struct for these sizes, remembered in FRAME_STRUCTS.
 
-    Not for a key longer than MAX_KEY: its sizes would name another entry (its packing fails anyway, the key
-    size field being a signed byte), and that entry must hold the struct of its own sizes.
+def frame_struct(ks: int, vs: int) -> tuple[struct.Struct, int]:
+    """The whole-frame struct for these sizes and the frame's size, remembered in FRAME_STRUCTS.
+
+    A key longer than MAX_KEY has no place there (its packing fails anyway, the key size field being a signed
+    byte): its struct is made and not kept.
     """
-    st = struct.Struct(FRAME_FORMAT.format(ks=ks, vs=vs))
+    global _held
+    entry = (struct.Struct(FRAME_FORMAT.format(ks=ks, vs=vs)), OVERHEAD + ks + vs)
     if 0 <= ks <= MAX_KEY:
-        if len(FRAME_STRUCTS) >= FRAME_STRUCTS_MAX:
-            FRAME_STRUCTS.clear()
-        FRAME_STRUCTS[vs << 7 | ks] = st
-    return st
+        if _held >= FRAME_STRUCTS_MAX:
+            clear_frame_structs()
+        FRAME_STRUCTS[ks][vs] = entry
+        _held += 1
+    return entry
+
+
+def clear_frame_structs() -> None:
+    """Forget every struct in FRAME_STRUCTS."""
+    global _held
+    for by_value in FRAME_STRUCTS:
+        by_value.clear()
+    _held = 0
 
 
 CHECK_FORMAT = ">Qqxb{ks}xi{vs}xi"
@@ -540,6 +554,7 @@ __all__ = [
     "Problem",
     "ShardMessage",
     "check_frame",
+    "clear_frame_structs",
     "common_prefix",
     "decode_batch",
     "frame_at",

@@ -89,8 +89,8 @@ class Writer:
         "_forked_from",
         "_index",
         "_index_next",
+        "_last_entry",
         "_last_klen",
-        "_last_struct",
         "_last_vlen",
         "_lock",
         "_lock_fh",
@@ -153,9 +153,9 @@ class Writer:
         # `_written` is read before `_fd`: bytes counted in it are in this file, or in one
         # the writer fsynced when it rolled over.
         self._commit = GroupCommit(_position_of(weakref.ref(self)))
-        # The whole-frame struct of the last append, and its sizes: appends of one size take it at once, others
-        # look theirs up in FRAME_STRUCTS.
-        self._last_struct = frame_struct(0, 0)
+        # The whole-frame struct of the last append and its frame size, and its key and value sizes: appends of
+        # one size take it at once, others look theirs up in FRAME_STRUCTS.
+        self._last_entry = frame_struct(0, 0)
         self._last_klen = 0
         self._last_vlen = 0
         # A fixed-capacity buffer filled in place: it is never shrunk and regrown, which
@@ -254,14 +254,13 @@ class Writer:
                 klen = len(key)
                 vlen = len(value)
                 if vlen == self._last_vlen and klen == self._last_klen:
-                    st = self._last_struct
+                    st, n = self._last_entry
                 else:
-                    st = self._last_struct = _structs.get(vlen << 7 | klen) or frame_struct(klen, vlen)
+                    st, n = self._last_entry = _structs[klen].get(vlen) or frame_struct(klen, vlen)
                     self._last_klen = klen
                     self._last_vlen = vlen
-                n = klen + vlen + OVERHEAD
                 st.pack_into(buf, fill, off, timestamp, type, klen, key, vlen, value, n)
-            except (struct.error, TypeError, OverflowError) as e:
+            except (struct.error, TypeError, OverflowError, IndexError) as e:  # IndexError: a key over 127 bytes
                 n = self._place_frame(off, timestamp, type, key, value, e)  # full buffer, or bad input
             else:
                 self._fill = fill + n
@@ -296,14 +295,13 @@ class Writer:
             klen = len(key)
             vlen = len(value)
             if vlen == self._last_vlen and klen == self._last_klen:
-                st = self._last_struct
+                st, n = self._last_entry
             else:
-                st = self._last_struct = _structs.get(vlen << 7 | klen) or frame_struct(klen, vlen)
+                st, n = self._last_entry = _structs[klen].get(vlen) or frame_struct(klen, vlen)
                 self._last_klen = klen
                 self._last_vlen = vlen
-            n = klen + vlen + OVERHEAD
             st.pack_into(buf, fill, off, timestamp, type, klen, key, vlen, value, n)
-        except (struct.error, TypeError, OverflowError) as e:
+        except (struct.error, TypeError, OverflowError, IndexError) as e:
             n = self._place_frame(off, timestamp, type, key, value, e)
         else:
             self._fill = fill + n
@@ -464,14 +462,13 @@ class Writer:
                 klen = len(key)
                 vlen = len(value)
                 if vlen == self._last_vlen and klen == self._last_klen:
-                    st = self._last_struct
+                    st, n = self._last_entry
                 else:
-                    st = self._last_struct = _structs.get(vlen << 7 | klen) or frame_struct(klen, vlen)
+                    st, n = self._last_entry = _structs[klen].get(vlen) or frame_struct(klen, vlen)
                     self._last_klen = klen
                     self._last_vlen = vlen
-                n = klen + vlen + OVERHEAD
                 st.pack_into(buf, fill, off, timestamp, type, klen, key, vlen, value, n)
-            except (struct.error, TypeError, OverflowError) as e:
+            except (struct.error, TypeError, OverflowError, IndexError) as e:
                 n = self._place_frame(off, timestamp, type, key, value, e)
             else:
                 self._fill = fill + n
@@ -599,17 +596,17 @@ class Writer:
         add = parts.append
         structs = _structs
         start = off
-        cached = -1  # the sizes of `st`
+        ks = vs = -1  # the sizes of `st`
         st = None
+        size = 0
         try:
             for k, value in zip(repeat(key) if keys is None else islice(keys, i, None), islice(vals, i, None)):
                 klen = len(k)
                 vlen = len(value)
-                size = klen + vlen + OVERHEAD
-                sizes = vlen << 7 | klen
-                if sizes != cached:
-                    st = structs.get(sizes) or frame_struct(klen, vlen)
-                    cached = sizes
+                if vlen != vs or klen != ks:
+                    st, size = structs[klen].get(vlen) or frame_struct(klen, vlen)
+                    ks = klen
+                    vs = vlen
                 add(st.pack(off, ts, typ, klen, k, vlen, value, size))  # type: ignore[union-attr]
                 if pos >= index_next:
                     index.add(off, pos, max_ts)
@@ -618,7 +615,7 @@ class Writer:
                 pos += size
                 if pos >= limit:
                     break
-        except (struct.error, TypeError, OverflowError) as e:
+        except (struct.error, TypeError, OverflowError, IndexError) as e:
             raise _bad_input(off, ts, typ, k, value, e) from None
         finally:
             # Whatever was encoded is committed, so offsets, sizes and the index stay consistent.

@@ -180,7 +180,7 @@ def without_struct_cache(run: Callable[[], float]) -> float:
         return run()
     finally:
         sej.frames.FRAME_STRUCTS_MAX = kept
-        sej.frames.FRAME_STRUCTS.clear()
+        sej.frames.clear_frame_structs()
 
 
 def bench_writes(cfg: Config, scratch: Path, which: set[str]) -> list[Result]:
