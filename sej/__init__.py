@@ -9,6 +9,8 @@ package, and until that module runs, Ctrl-C would end them with a traceback.
 
 from __future__ import annotations
 
+from .lazy import lazy_names
+
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     from .errors import (
@@ -43,41 +45,21 @@ _WHERE = {
         ["ChecksumError", "ClosedError", "CorruptionError", "CorruptionWarning", "DataLossError", "FrameError",
          "InvalidArgumentError", "LockedError", "LockLostError", "OffsetOutOfRangeError", "SejError", "SyncError",
          "TruncatedError", "UnsafeFileError"],
-        "errors",
+        ".errors",
     ),
-    **dict.fromkeys(["first_offset", "last_messages", "next_offset", "offset_at_time"], "journal"),
-    **dict.fromkeys(["Segment", "list_readers", "list_segments"], "layout"),
-    **dict.fromkeys(["NO_TIMESTAMP", "Message", "decode", "encode", "encode_message"], "message"),
-    "Offset": "offset",
-    "Scanner": "scanner",
-    **dict.fromkeys(["Consumer", "ShardedWriter", "ShardOffset", "find_journals", "list_shards"], "shard"),
-    **dict.fromkeys(["read_batches", "read_table"], "shard.table"),
-    "Writer": "writer",
+    **dict.fromkeys(["first_offset", "last_messages", "next_offset", "offset_at_time"], ".journal"),
+    **dict.fromkeys(["Segment", "list_readers", "list_segments"], ".layout"),
+    **dict.fromkeys(["NO_TIMESTAMP", "Message", "decode", "encode", "encode_message"], ".message"),
+    "Offset": ".offset",
+    "Scanner": ".scanner",
+    **dict.fromkeys(["Consumer", "ShardedWriter", "ShardOffset", "find_journals", "list_shards"], ".shard"),
+    **dict.fromkeys(["read_batches", "read_table"], ".shard.table"),
+    "Writer": ".writer",
 }  # fmt: skip
 """Each public name and the module (under sej) it comes from."""
 
 
-def __getattr__(name: str) -> object:
-    """A public name, loaded on first use; or a submodule (`sej.offset` after `import sej`, as before)."""
-    import importlib
-
-    module = _WHERE.get(name)
-    if module is not None:
-        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-        globals()[name] = value
-        return value
-    if name.isidentifier() and not name.startswith("__"):
-        try:
-            return importlib.import_module(f"{__name__}.{name}")
-        except ModuleNotFoundError as e:
-            if e.name != f"{__name__}.{name}":
-                raise
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_WHERE})
-
+__getattr__, __dir__ = lazy_names(__name__, globals(), _WHERE)
 
 __all__ = [
     "Consumer",

@@ -6,8 +6,6 @@ import os
 import weakref
 from typing import IO
 
-import portalocker
-
 from .errors import LockedError
 from .fsutil import open_dir, open_lock_file
 
@@ -26,6 +24,8 @@ def lock_file(path: str) -> IO[str]:
     The lock file must be a regular file: a symlink or a FIFO there raises UnsafeFileError
     (it is never followed, and opening never blocks).
     """
+    import portalocker  # here: its import costs 15-25 ms (importlib.metadata), which `sej serve` never needs
+
     fh = os.fdopen(open_lock_file(path), "a")
     try:
         portalocker.lock(fh, portalocker.LOCK_EX | portalocker.LOCK_NB)
@@ -42,6 +42,8 @@ def lock_file(path: str) -> IO[str]:
 def unlock_file(fh: IO[str]) -> None:
     """Release the lock and close the file. In a child forked since the lock was taken, only the child's
     copy is closed: unlocking there would release the parent's lock."""
+    import portalocker
+
     try:
         if _LOCKED_BY.get(fh, os.getpid()) == os.getpid():
             portalocker.unlock(fh)

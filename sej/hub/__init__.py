@@ -11,6 +11,8 @@ modules only, not the copy engine (the hub's start, and the server's, cost less)
 
 from __future__ import annotations
 
+from ..lazy import lazy_names
+
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     from .batch import JournalOutcome, copy_all
@@ -23,39 +25,19 @@ if TYPE_CHECKING:
     from .source import Source, SourceError
 
 _WHERE = {
-    **dict.fromkeys(["JournalOutcome", "copy_all"], "batch"),
-    **dict.fromkeys(["CopyError", "CopyResult", "copy_journal"], "copy"),
-    "CopyState": "copy_state",
-    "LocalSource": "local_source",
-    **dict.fromkeys(["Origin", "Sources", "open_sources"], "location"),
-    **dict.fromkeys(["check_client_id", "destination_name"], "names"),
-    "SftpSource": "sftp_source",
-    **dict.fromkeys(["Source", "SourceError"], "source"),
+    **dict.fromkeys(["JournalOutcome", "copy_all"], ".batch"),
+    **dict.fromkeys(["CopyError", "CopyResult", "copy_journal"], ".copy"),
+    "CopyState": ".copy_state",
+    "LocalSource": ".local_source",
+    **dict.fromkeys(["Origin", "Sources", "open_sources"], ".location"),
+    **dict.fromkeys(["check_client_id", "destination_name"], ".names"),
+    "SftpSource": ".sftp_source",
+    **dict.fromkeys(["Source", "SourceError"], ".source"),
 }
 """Each public name and the module (under sej.hub) it comes from."""
 
 
-def __getattr__(name: str) -> object:
-    """A public name, loaded on first use; or a submodule (`sej.hub.copy` after `import sej.hub`, as before)."""
-    import importlib
-
-    module = _WHERE.get(name)
-    if module is not None:
-        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-        globals()[name] = value
-        return value
-    if name.isidentifier() and not name.startswith("__"):
-        try:
-            return importlib.import_module(f"{__name__}.{name}")
-        except ModuleNotFoundError as e:
-            if e.name != f"{__name__}.{name}":
-                raise
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_WHERE})
-
+__getattr__, __dir__ = lazy_names(__name__, globals(), _WHERE)
 
 __all__ = [
     "CopyError",

@@ -6,6 +6,8 @@ The names below are loaded on first use (PEP 562): a module that needs only shar
 
 from __future__ import annotations
 
+from ..lazy import lazy_names
+
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     from ..frames import ShardMessage
@@ -15,39 +17,19 @@ if TYPE_CHECKING:
     from .writer import ShardedWriter, ShardOffset, default_hash
 
 _WHERE = {
-    "ShardMessage": "sej.frames",
-    **dict.fromkeys(["Consumer", "Lag"], "sej.shard.consumer"),
-    **dict.fromkeys(["ShardName", "format_shard", "is_shard_name", "parse_shard"], "sej.shard.name"),
+    "ShardMessage": "..frames",
+    **dict.fromkeys(["Consumer", "Lag"], ".consumer"),
+    **dict.fromkeys(["ShardName", "format_shard", "is_shard_name", "parse_shard"], ".name"),
     **dict.fromkeys(
         ["Journal", "Shard", "ShardWatch", "find_journals", "is_journal", "list_shards", "merged_scan"],
-        "sej.shard.root",
+        ".root",
     ),
-    **dict.fromkeys(["ShardedWriter", "ShardOffset", "default_hash"], "sej.shard.writer"),
+    **dict.fromkeys(["ShardedWriter", "ShardOffset", "default_hash"], ".writer"),
 }
 """Each public name and the module it comes from."""
 
 
-def __getattr__(name: str) -> object:
-    """A public name, loaded on first use; or a submodule (`sej.shard.root` after `import sej.shard`, as before)."""
-    import importlib
-
-    module = _WHERE.get(name)
-    if module is not None:
-        value = getattr(importlib.import_module(module), name)
-        globals()[name] = value
-        return value
-    if name.isidentifier() and not name.startswith("__"):
-        try:
-            return importlib.import_module(f"{__name__}.{name}")
-        except ModuleNotFoundError as e:
-            if e.name != f"{__name__}.{name}":
-                raise
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_WHERE})
-
+__getattr__, __dir__ = lazy_names(__name__, globals(), _WHERE)
 
 __all__ = [
     "Consumer",
