@@ -150,40 +150,50 @@ def frame_total(data: bytes | bytearray | memoryview, p: int, n: int) -> int | N
 FRAME_FORMAT = ">QqBb{ks}si{vs}si"
 """A whole frame with known key and value sizes: one pack or unpack call."""
 
+BATCH_FORMAT = ">Q9sb{ks}si{vs}si"
+"""FRAME_FORMAT with the timestamp and type as 9 bytes packed once (TS_TYPE) for a batch of one timestamp and one
+type (append_many): a big-endian 64-bit field costs struct a generic conversion, 9 bytes a copy."""
+
+TS_TYPE = struct.Struct(">qB")
+
 FRAME_STRUCTS: list[dict[int, tuple[struct.Struct, int]]] = [{} for _ in range(MAX_KEY + 1)]
 """The whole-frame structs of the writers (FRAME_FORMAT) and their frame sizes, `FRAME_STRUCTS[key size][value
 size]`, made by frame_struct on first use: appends of any sizes take one list index, one dictionary lookup of a
 small int and one struct call each (no arithmetic on the sizes: in CPython 3.11 a shift and an or of two ints cost
 as much as the lookup)."""
 
+BATCH_STRUCTS: list[dict[int, tuple[struct.Struct, int]]] = [{} for _ in range(MAX_KEY + 1)]
+"""The same for BATCH_FORMAT."""
+
 FRAME_STRUCTS_MAX = 8192
-"""Sizes remembered at most (about 0.5 KiB each); the next new one clears them all."""
+"""Sizes remembered at most in each (about 0.5 KiB each); the next new one clears that one."""
 
-_held = 0  # entries in FRAME_STRUCTS
+_held = [0, 0]  # entries in FRAME_STRUCTS, in BATCH_STRUCTS
 
 
-def frame_struct(ks: int, vs: int) -> tuple[struct.Struct, int]:
-    """The whole-frame struct for these sizes and the frame's size, remembered in FRAME_STRUCTS.
+def frame_struct(ks: int, vs: int, batch: bool = False) -> tuple[struct.Struct, int]:
+    """The whole-frame struct for these sizes (BATCH_FORMAT's if `batch`) and the frame's size, remembered.
 
     A key longer than MAX_KEY has no place there (its packing fails anyway, the key size field being a signed
     byte): its struct is made and not kept.
     """
-    global _held
-    entry = (struct.Struct(FRAME_FORMAT.format(ks=ks, vs=vs)), OVERHEAD + ks + vs)
+    entry = (struct.Struct((BATCH_FORMAT if batch else FRAME_FORMAT).format(ks=ks, vs=vs)), OVERHEAD + ks + vs)
     if 0 <= ks <= MAX_KEY:
-        if _held >= FRAME_STRUCTS_MAX:
-            clear_frame_structs()
-        FRAME_STRUCTS[ks][vs] = entry
-        _held += 1
+        structs = BATCH_STRUCTS if batch else FRAME_STRUCTS
+        if _held[batch] >= FRAME_STRUCTS_MAX:
+            for by_value in structs:
+                by_value.clear()
+            _held[batch] = 0
+        structs[ks][vs] = entry
+        _held[batch] += 1
     return entry
 
 
 def clear_frame_structs() -> None:
-    """Forget every struct in FRAME_STRUCTS."""
-    global _held
-    for by_value in FRAME_STRUCTS:
+    """Forget every struct in FRAME_STRUCTS and BATCH_STRUCTS."""
+    for by_value in (*FRAME_STRUCTS, *BATCH_STRUCTS):
         by_value.clear()
-    _held = 0
+    _held[:] = [0, 0]
 
 
 CHECK_FORMAT = ">Qqxb{ks}xi{vs}xi"
@@ -535,6 +545,8 @@ def common_prefix(column: bytes, want: bytes, k: int) -> int:
 
 
 __all__ = [
+    "BATCH_FORMAT",
+    "BATCH_STRUCTS",
     "CHECK_FORMAT",
     "FRAME_FORMAT",
     "FRAME_STRUCTS",
@@ -549,6 +561,7 @@ __all__ = [
     "NO_TIMESTAMP",
     "OVERHEAD",
     "SIZE_FIELD",
+    "TS_TYPE",
     "Frames",
     "Message",
     "Problem",

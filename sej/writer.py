@@ -37,7 +37,17 @@ from .aio import AioSync
 from .appender import SegmentAppender
 from .commit import GroupCommit
 from .errors import ClosedError, CorruptionError, InvalidArgumentError, LockLostError, SyncError
-from .frames import FRAME_FORMAT, FRAME_STRUCTS, HEADER, MAX_OFFSET, OVERHEAD, frame_struct, sized_struct
+from .frames import (
+    BATCH_STRUCTS,
+    FRAME_FORMAT,
+    FRAME_STRUCTS,
+    HEADER,
+    MAX_OFFSET,
+    OVERHEAD,
+    TS_TYPE,
+    frame_struct,
+    sized_struct,
+)
 from .layout import (
     index_dir,
     journal_path,
@@ -594,7 +604,8 @@ class Writer:
         max_ts = self._max_ts if self._max_ts >= ts else ts  # one timestamp for the whole batch
         parts: list[bytes] = []
         add = parts.append
-        structs = _structs
+        structs = BATCH_STRUCTS
+        ts_type = TS_TYPE.pack(ts, typ)  # checked by _many_args
         start = off
         ks = vs = -1  # the sizes of `st`
         st = None
@@ -604,10 +615,10 @@ class Writer:
                 klen = len(k)
                 vlen = len(value)
                 if vlen != vs or klen != ks:
-                    st, size = structs[klen].get(vlen) or frame_struct(klen, vlen)
+                    st, size = structs[klen].get(vlen) or frame_struct(klen, vlen, True)
                     ks = klen
                     vs = vlen
-                add(st.pack(off, ts, typ, klen, k, vlen, value, size))  # type: ignore[union-attr]
+                add(st.pack(off, ts_type, klen, k, vlen, value, size))  # type: ignore[union-attr]
                 if pos >= index_next:
                     index.add(off, pos, max_ts)
                     index_next = pos + idx.INTERVAL

@@ -1,7 +1,8 @@
 """The writer's frame encoding: whatever the sizes, the bytes on disk are the reference encoding's.
 
 `append`, `append_many`, `submit` and `append_async` take a whole-frame struct per (key size, value size),
-kept in `frames.FRAME_STRUCTS` (bounded: cleared when full) and remembered for the next append of the same
+kept in `frames.FRAME_STRUCTS` (`append_many`'s, with the timestamp and type packed once, in
+`frames.BATCH_STRUCTS`; each bounded: cleared when full) and remembered for the next append of the same
 sizes; frames that do not fit the buffer take `_place_frame`. The reference is `sej.message.encode`, one
 `b"".join` of the fields (what the Go byte-compatibility vectors check too).
 """
@@ -114,7 +115,7 @@ def test_a_cleared_struct_cache_changes_no_byte(jdir: str, few_structs: None) ->
         for key, value, typ in msgs[:10]:
             w.append(value, key, typ, timestamp=1)
         w.append_many([v for _, v, _ in msgs[10:]], keys=[k for k, _, _ in msgs[10:]], timestamp=1)
-    assert sum(map(len, frames.FRAME_STRUCTS)) <= 3
+    assert sum(map(len, frames.FRAME_STRUCTS)) <= 3 and sum(map(len, frames.BATCH_STRUCTS)) <= 3
     ref = b"".join(encode(i, 1, typ if i < 10 else 0, k, bytes(v)) for i, (k, v, typ) in enumerate(msgs))
     assert _journal_bytes(jdir) == ref
 
@@ -162,3 +163,15 @@ def test_append_many_keeps_the_messages_before_one_without_a_length(jdir: str) -
         assert w.next_offset == 7
     with sej.Scanner(jdir, "first", timeout=0) as s:
         assert [m.value for m in s] == [b"a" * 50] * 6 + [b"c"]
+
+
+@pytest.mark.parametrize("ts", [sej.NO_TIMESTAMP, -1, 0, 2**63 - 1])
+@pytest.mark.parametrize("typ", [0, 1, 255])
+def test_append_many_packs_the_batch_timestamp_and_type_as_append_does(jdir: str, ts: int, typ: int) -> None:
+    """append_many packs the timestamp and type once per batch (frames.TS_TYPE): the edges of both fields."""
+    msgs = [(b"", b"a"), (b"k", b"bb"), (b"k" * 127, b""), (b"key", b"c" * 300)]
+    with sej.Writer(jdir) as w:
+        w.append_many([v for _, v in msgs[:3]], type=typ, timestamp=ts, keys=[k for k, _ in msgs[:3]])
+        w.append_many([msgs[3][1]], msgs[3][0], typ, ts)
+    ref = b"".join(encode(i, ts, typ, k, v) for i, (k, v) in enumerate(msgs))
+    assert _journal_bytes(jdir) == ref

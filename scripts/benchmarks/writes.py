@@ -172,8 +172,8 @@ TARGETS = {"append": {"uniform": 0.5, "varied": 0.84, "json": 0.84},
 
 
 def without_struct_cache(run: Callable[[], float]) -> float:
-    """`run()` with the writers' whole-frame structs made anew for every frame (sej.frames.FRAME_STRUCTS holding
-    none): the cost of sizes that never repeat, the worst case for the encoding."""
+    """`run()` with the writers' whole-frame structs made anew for every frame (sej.frames.FRAME_STRUCTS and
+    BATCH_STRUCTS holding one at most): the cost of sizes that never repeat, the worst case for the encoding."""
     kept = sej.frames.FRAME_STRUCTS_MAX
     sej.frames.FRAME_STRUCTS_MAX = 0
     try:
@@ -270,7 +270,8 @@ def bench_writes(cfg: Config, scratch: Path, which: set[str]) -> list[Result]:
             + ".",
             *(f"{s}: " + medians(n, times[s], raw_t[s]) for s in SHAPES),
             "The writer keeps the whole-frame struct of each (key size, value size) it met, up to 8,192 of them "
-            "(`sej.frames.FRAME_STRUCTS`); an append whose sizes are the last append's takes it at once, others look "
+            "(`sej.frames.FRAME_STRUCTS`; append_many's, with the batch's timestamp and type packed once, in "
+            "`BATCH_STRUCTS`); an append whose sizes are the last append's takes it at once, others look "
             f"it up. The varied shape cycles 4,096 messages with {varied_pairs:,} distinct size pairs, so after its "
             "first 4,096 messages every lookup finds one; the info row makes every struct anew (runs: "
             f"{fmt_list(cold_t[name])} s).",
