@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import sej
+from sej.errors import UnsafeFileError
 from sej.hub import copy_all
 from sej.hub.copy_state import CopyState
 from sej.hub.location import Origin, open_sources
@@ -431,3 +432,62 @@ def test_a_sej_serve_slow_to_start_is_waited_for_not_killed_and_started_again(ss
                          timeout=scaled(180))  # fmt: skip
     assert got.returncode == 0, got.stderr
     assert_identical(src, str(tmp_path / "hub"), "127-0-0-1")
+
+
+def test_the_daemon_does_not_wait_for_its_commits_and_makes_a_failed_one_again(sshd, tmp_path, caplog) -> None:
+    """run_forever over sej serve sends its commits without waiting for the producer's fsyncs: the pass goes on. One
+    that fails (ofs/hub.ofs is a directory: the rename onto it fails) is logged by the next pass, which forgets that
+    offset, so a pass commits the journal again once it can; on stop, the commits under way are waited for."""
+    from sej.hub.config import loads_config
+    from sej.hub.daemon import Hub
+
+    src, hub = tmp_path / "src", tmp_path / "hub"
+    produce(str(src), 200)
+    journals = sorted(os.listdir(src))
+    bad = journals[0]
+    config = loads_config(
+        f'hub_root = "{hub}"\npoll_interval = 0.1\ncommit_interval = 0\n[[client]]\nclient_id = "c1"\n'
+        f'host = "127.0.0.1"\nport = {sshd.port}\nuser = "{sshd.user}"\nidentity_file = "{sshd.identity}"\n'
+        f'known_hosts = "{sshd.known_hosts}"\nremote_root = "{src}"\ntransport = "serve"\n'
+        f'serve_command = "{SERVE}"\n'
+    )
+
+    def committed(j: str) -> int | None:
+        try:
+            return read_offset_file(str(src / j / "ofs" / "hub.ofs"))
+        except (FileNotFoundError, UnsafeFileError):  # none yet, or the directory in its way
+            return None
+
+    def at_hub(j: str) -> int:
+        return sej.next_offset(str(hub / f"c1.{j}")) if os.path.isdir(hub / f"c1.{j}") else -1
+
+    stop = threading.Event()
+    caplog.set_level(logging.ERROR, logger="sej.hub")
+    with Hub(config, records=False) as h:
+        t = threading.Thread(target=h.run_forever, args=(stop,), daemon=True)
+        t.start()
+        try:
+            wait_until(lambda: all(committed(j) == sej.next_offset(str(src / j)) for j in journals), scaled(30),
+                       "every journal copied and committed")  # fmt: skip
+            os.remove(src / bad / "ofs" / "hub.ofs")
+            os.mkdir(src / bad / "ofs" / "hub.ofs")  # the next commit's rename onto it fails
+            with sej.Writer(str(src / bad), durability="flush") as w:
+                w.append(b"its commit fails")
+            want = sej.next_offset(str(src / bad))
+            wait_until(lambda: at_hub(bad) == want, scaled(20), "the append at the hub")
+            wait_until(lambda: "committing the hub offset" in caplog.text, scaled(20), "the failed commit, logged")
+            assert committed(bad) is None
+            os.rmdir(src / bad / "ofs" / "hub.ofs")
+            wait_until(lambda: committed(bad) == want, scaled(20), "the commit made again by a later pass")
+            for j in journals[1:]:
+                with sej.Writer(str(src / j), durability="flush") as w:
+                    w.append(b"last")
+            last = {j: sej.next_offset(str(src / j)) for j in journals}
+            wait_until(lambda: all(at_hub(j) == last[j] for j in journals), scaled(20), "the last appends at the hub")
+        finally:
+            stop.set()
+            t.join(scaled(30))
+    assert not t.is_alive()
+    # The commits sent last were waited for on stop: the producer knows all that was copied.
+    assert {j: committed(j) for j in journals} == last
+    assert_identical(str(src), str(hub))

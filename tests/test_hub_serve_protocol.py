@@ -16,9 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sej
+from sej.checksum import HEADER as SUM_HEADER
 from sej.errors import ProtocolError
-from sej.hub import copy_all, serve_server
+from sej.hub import copy_all
 from sej.hub import serve_protocol as wire
+from sej.hub.copy import CHECK_WINDOW
 from sej.hub.serve_server import Session, serve
 from sej.hub.serve_source import Connection, ServeSource
 from sej.hub.source import SourceError
@@ -392,39 +394,42 @@ def test_over_version_2_the_pushed_state_answers_the_listing_and_the_probe_witho
         conn.close()
 
 
-def test_over_version_3_the_pushed_bytes_answer_the_reads_once_and_a_copy_is_byte_identical(tmp_path) -> None:
-    """Version 3: a push carries the bytes an append added (from PUSH_BACK before the last push's end) and the
-    segment's checksum file; the hub answers the pass's read and read_sums from them, without a call, once each (a
-    second read of the same segment is a call). copy_all over them is byte-identical to the producer."""
+def test_over_version_3_the_pushed_bytes_answer_the_reads_and_a_copy_is_byte_identical(tmp_path) -> None:
+    """Version 3: a push carries the bytes an append added and as much of the segment's checksum file; the hub joins
+    them to the end of what its last reads returned, and answers the next pass's read (from CHECK_WINDOW before its
+    copy's end) and read_sums from them, without a call. A journal forgotten (its copy failed) is read afresh.
+    copy_all over them is byte-identical to the producer."""
     root, hub = tmp_path / "root", str(tmp_path / "hub")
     produce(str(root), 100)
     journals = sorted(os.listdir(root))
     j = journals[2]
     conn = serving(str(root))
-    pushes: list[list[str]] = []
     try:
         assert conn.version == 3
-        conn.watch(pushes.append)
+        conn.watch(lambda journals: None)
         wait_until(lambda: conn.state is not None, scaled(10), "the whole state")
         out = copy_all(lambda: ServeSource(conn, "t"), hub, "c1", "hub")
         assert all(o.error is None for o in out), [o.error for o in out]
         last = sej.list_segments(str(root / j))[-1].path
         name, before = os.path.basename(last), os.path.getsize(last)
+        sums_path = os.path.join(str(root / j), "idx", name[: -len(".jnl")] + ".sum")
+        sums_before = os.path.getsize(sums_path)
         with sej.Writer(str(root / j), durability="flush") as w:
             w.append(b"new" * 50)
         after = os.path.getsize(last)
         src = ServeSource(conn, "t")
         wait_until(lambda: src.size(j, name) == after, scaled(10), "the append's size pushed")
-        start = max(0, before - serve_server.PUSH_BACK)
+        start = max(0, before - CHECK_WINDOW)
+        skip = sums_before - 16  # the last record the copy read, as its mark asks
         sent = conn._next_id
-        sums = src.many([("read", j, name, start, after - start), ("read_sums", j, name, 0)])
+        got = src.many([("read", j, name, start, after - start), ("read_sums", j, name, skip)])
         assert conn._next_id == sent, "answered from the pushed bytes, without a call"
-        data = open(last, "rb").read()
-        assert sums[0] == data[start:after]
-        sums_path = os.path.join(str(root / j), "idx", name[: -len(".jnl")] + ".sum")
-        assert sums[1] == (open(sums_path, "rb").read() if os.path.exists(sums_path) else None)
+        data, sums = open(last, "rb").read(), open(sums_path, "rb").read()
+        assert got[0] == data[start:after]
+        assert got[1] == sums[:SUM_HEADER.size] + sums[skip:]
+        src.forget({j})
         assert src.read(j, name, start, after - start) == data[start:after]
-        assert conn._next_id == sent + 1, "once: a second read is a call"
+        assert conn._next_id == sent + 1, "forgotten: a read is a call"
         with sej.Writer(str(root / j), durability="flush") as w:
             w.append(b"more")
         wait_until(lambda: src.size(j, name) == os.path.getsize(last), scaled(10), "the second append's size pushed")

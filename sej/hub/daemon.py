@@ -277,6 +277,14 @@ class _Watched:
             return self.src.read_sums(journal, name, skip)
 
     def many(self, calls: list[Call]) -> list[Any]:
+        later = getattr(self.src, "commit_later", None) if self.client.commit_later else None
+        if later is not None and calls and all(c[0] == "commit_offset" for c in calls):
+            # sej serve, in run_forever: the pass goes on without waiting for the producer's fsyncs; a commit that
+            # fails is seen by the next pass (_Client.check_commits), which commits that journal again.
+            with self.client.call():
+                sent = later(calls)
+            self.client.sent_commits(calls, sent)
+            return [None] * len(calls)
         with self.client.call():
             return self.src.many(calls)
 
@@ -338,6 +346,9 @@ class _Client:
         self.pushed = threading.Event()  # the producer told of a change since the last pass began (sej serve)
         self.pushes = False  # it tells of them: the wait between passes ends at a push
         self.beat: float | None = None  # monotonic time run_pass_bounded last looked at its pass; None outside
+        self.commit_later = False  # run_forever's: commits over sej serve are not waited for (_Watched.many)
+        self._commits: list[tuple[str, int, Any]] = []  # those under way: (journal, hub offset, the call)
+        self._commits_lock = threading.Lock()
         self.progress = time.monotonic()  # the last sign of progress of a pass: started, a call returned, bytes
 
     @contextmanager
@@ -501,6 +512,31 @@ class _Client:
 
         return make
 
+    def sent_commits(self, calls: list[Call], sent: list[Any]) -> None:
+        """Commits sent without waiting (`sent`: each call's handle, `done` once answered, with its `error`)."""
+        with self._commits_lock:
+            self._commits += [(c[1], c[3], f) for c, f in zip(calls, sent, strict=True)]
+
+    def check_commits(self, wait: float = 0.0) -> None:
+        """Look at the commits sent without waiting (waiting up to `wait` seconds for them): one that failed is
+        logged, and its journal is committed again by the next pass (the state forgets that offset, so the pass
+        reads the producer's and commits its own, as after a commit that failed in the pass)."""
+        deadline = time.monotonic() + wait
+        with self._commits_lock:
+            commits, self._commits = self._commits, []
+        for k, (_j, _v, f) in enumerate(commits):
+            if not f.done and not f.wait(max(0.0, deadline - time.monotonic())):
+                with self._commits_lock:  # still under way: looked at next time
+                    self._commits = commits[k:] + self._commits
+                commits = commits[:k]
+                break
+        for journal, value, f in commits:
+            if f.error is not None:
+                self.log.error("client %s: committing the hub offset %d of %s: %s", self.cfg.client_id, value, journal,
+                               error_text(f.error), extra={"journal": journal, "committing": value})  # fmt: skip
+                if self.state.committed.get(journal) == value:
+                    self.state.remember_committed(journal, None)
+
     def _copied(self, nbytes: int) -> None:
         """Bytes written at the hub: progress (for Hub.alive), and for the status book (/health in a long pass)."""
         self.progress = time.monotonic()
@@ -522,6 +558,7 @@ class _Client:
         report = ClientReport(cid)
         started = time.monotonic()
         try:
+            self.check_commits()
             make_source = self._sources()
 
             def on_skip(name: str, why: str) -> None:
@@ -704,6 +741,7 @@ class Hub:
         self.status.forget_others()
         for c in self._clients:  # run_once commits every pass's offsets; passes after passes defer them
             c.state.commit_interval = cfg.commit_interval
+            c.commit_later = True  # and, over sej serve, do not wait for them (_Watched.many)
         threads = [
             threading.Thread(
                 target=self._loop, args=(c, stop, on_report), name=f"sej-hub-{c.cfg.client_id}", daemon=True
@@ -739,6 +777,7 @@ class Hub:
                 self.close()
                 for c in self._clients:
                     c.state.commit_interval = 0.0  # a later run_once commits on every pass again
+                    c.commit_later = False
                     self.status.connected(c.cfg.client_id, False)
                 self.status.write()
                 log.info("hub stopped")
@@ -783,6 +822,8 @@ class Hub:
                 # Passes start every poll_interval: after a long pass (much to copy), the next starts at once.
                 delay = max(0.0, cfg.poll_interval - (time.monotonic() - started))
             client.wait(stop, delay)
+        client.commit_later = False  # from now on every commit is waited for
+        client.check_commits(wait=STOP_TIMEOUT)  # those still under way: made before the connection is closed
         client.commit_pending(stop)
         summary()  # also when the stop came during the wait: what was copied since the last one is told
 

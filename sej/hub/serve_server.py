@@ -13,7 +13,8 @@ import logging
 import os
 import select
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -36,10 +37,9 @@ GATHER = 16 << 20
 COMMIT_THREADS = 8
 """Commits made at once (each fsyncs its offset file, then its directory)."""
 
-PUSH_BACK = 4096
-"""Bytes before the last push's end that a push (protocol version 3) starts from: the hub reads a journal from
-sej.hub.copy.CHECK_WINDOW before its copy's end, to check that its copy is the producer's, and from as far before
-the end of a checksum file."""
+PUSH_EVERY = 0.02
+"""Seconds of listing (and reading) after which the journals listed so far go out in a STATE of their own: the
+hub starts copying a burst of a thousand appends while the server lists the rest."""
 
 
 class _OneJournal:
@@ -220,35 +220,22 @@ class Session:
 
         return [*out, wire.encode(wire.server_hello(version, __version__, self.source_root))]
 
-    def state_frames(self, names: list[str] | None) -> list[bytes]:
+    def state_frames(self, names: list[str] | None) -> Iterator[bytes]:
         """STATE frames (protocol version 2) of the journals `names` (None: every journal, in several frames
         if many): their segments as listed now, by a LocalSource of its own (the pusher's thread calls this).
-        From version 3 on, a STATE that is not full also carries the bytes each journal gained since the last
-        push (`_new_bytes`)."""
+        A STATE that is not full comes in frames of the journals listed within PUSH_EVERY, each sent as it is made
+        (the hub copies the first ones while the server lists the others), and from version 3 on it also carries
+        the bytes each journal gained since the last push (`_new_bytes`)."""
         source = self._watch_source
         if source is None:
             source = self._watch_source = self._open(self._asked)
         if names is None or len(names) > wire.STATE_ENTRIES:
-            journals, skipped, gone = source.journals(), source.skipped(), []
-        else:
-            journals, skipped, gone = names, {}, []
-        entries: list[tuple[str, list[tuple[str, int]] | None]] = []
-        for j in journals:
-            try:
-                segs = source.segments(j)
-            except FileNotFoundError:
-                gone.append(j)
-                continue
-            except (SejError, OSError):  # the hub asks, and hears the error itself
-                entries.append((j, None))
-                continue
-            entries.append((j, None if len(segs) > wire.MAX_SEGMENTS else [(g.name, g.size) for g in segs]))
-        full = names is None or len(names) > wire.STATE_ENTRIES
-        for j in gone:
-            self._listed.pop(j, None)
-        if not full:
-            pushed = self._new_bytes(source, entries) if self.version >= 3 else None
-            return [wire.encode(wire.state(False, entries, gone, {}, False, pushed))]
+            return iter(self._full_state(source))
+        return self._changed_state(source, names)
+
+    def _full_state(self, source: Any) -> list[bytes]:
+        journals, skipped = source.journals(), source.skipped()
+        entries, _gone = self._list(source, journals)
         if self.version >= 3:  # what the hub is told now is the base of the next push's bytes
             self._listed = {j: {name: (size, self._listed.get(j, {}).get(name, (0, 0))[1]) for name, size in segs}
                             for j, segs in entries if segs is not None}  # fmt: skip
@@ -258,11 +245,46 @@ class Session:
         return [wire.encode(wire.state(k == 0, chunk, [], skipped if k == 0 else {}, k < len(chunks) - 1, empty))
                 for k, chunk in enumerate(chunks)]  # fmt: skip
 
+    def _changed_state(self, source: Any, names: list[str]) -> Iterator[bytes]:
+        entries: list[tuple[str, list[tuple[str, int]] | None]] = []
+        gone: list[str] = []
+        began = time.monotonic()
+        for k, j in enumerate(names):
+            listed, missing = self._list(source, [j])
+            entries += listed
+            gone += missing
+            if k + 1 < len(names) and time.monotonic() - began < PUSH_EVERY:
+                continue
+            for g in gone:
+                self._listed.pop(g, None)
+            pushed = self._new_bytes(source, entries) if self.version >= 3 else None
+            yield wire.encode(wire.state(False, entries, gone, {}, False, pushed))
+            entries, gone, began = [], [], time.monotonic()
+        if not names:
+            yield wire.encode(wire.state(False, [], [], {}, False, [] if self.version >= 3 else None))
+
+    @staticmethod
+    def _list(source: Any, journals: list[str]) -> tuple[list[tuple[str, list[tuple[str, int]] | None]], list[str]]:
+        """(entries, gone) of a STATE: each journal's segments (None: the hub asks, and hears the error itself)."""
+        entries: list[tuple[str, list[tuple[str, int]] | None]] = []
+        gone: list[str] = []
+        for j in journals:
+            try:
+                segs = source.segments(j)
+            except FileNotFoundError:
+                gone.append(j)
+                continue
+            except (SejError, OSError):
+                entries.append((j, None))
+                continue
+            entries.append((j, None if len(segs) > wire.MAX_SEGMENTS else [(g.name, g.size) for g in segs]))
+        return entries, gone
+
     def _new_bytes(self, source: Any, entries: list[tuple[str, list[tuple[str, int]] | None]]) -> list[wire.Pushed]:
-        """The bytes each listed journal gained since its last push (from PUSH_BACK before, as the hub reads from its
-        copy's end) and its checksum files (from PUSH_BACK before their size at the last push), read now, after the
-        listing: at most wire.PUSH_JOURNAL a journal and wire.PUSH_FRAME in all. A journal that grew more, or whose
-        files cannot be read, is left to the hub's reads (whose checks are the same: these bytes are only early)."""
+        """The bytes each listed journal's segments gained since its last push, and as much of their checksum files,
+        read now, after the listing: at most wire.PUSH_JOURNAL a journal and wire.PUSH_FRAME in all (the hub keeps the
+        end of what it was sent or read, and reads from a little before its copy's end). A journal that grew more,
+        or whose files cannot be read, is left to the hub's reads (whose checks are the same: these are only early)."""
         out: list[wire.Pushed] = []
         total = 0
         for j, segs in entries:
@@ -273,13 +295,15 @@ class Session:
             mine: list[wire.Pushed] = []
             size = 0
             try:
-                for name, end in segs:
+                for k, (name, end) in enumerate(segs):
                     old, old_sums = before.get(name, (0, -1))
-                    if end == old:
-                        continue
-                    start = max(0, old - PUSH_BACK) if end > old else 0
+                    if end == old and k < len(segs) - 1:
+                        continue  # not the last segment: its checksum file is written with it
                     sums_size = self._sums_size(source, j, name)
-                    skip = old_sums - PUSH_BACK if old_sums - PUSH_BACK > SUM_HEADER.size else 0
+                    if end == old and (sums_size or 0) == old_sums:
+                        continue
+                    start = old if end >= old else 0
+                    skip = old_sums if old_sums > SUM_HEADER.size and end >= old else 0
                     if sums_size is not None and sums_size < skip:
                         skip = 0  # the checksum file was cut: whole
                     want = end - start

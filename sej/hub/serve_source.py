@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ..checksum import HEADER as SUM_HEADER
 from ..errors import CorruptionError, InvalidArgumentError, ProtocolError, SejError, UnsafeFileError
 from . import serve_protocol as wire
+from .copy import CHECK_WINDOW
 from .source import IO_TIMEOUT, Call, SourceError, SourceSegment
 
 if TYPE_CHECKING:
@@ -46,6 +47,12 @@ PUSHED_KEPT = 64 << 20
 """Bytes pushed (protocol version 3: new bytes and checksum files) kept at most, waiting for the pass that reads them;
 the oldest go first (their reads then go to the server)."""
 
+KEEP_AT_MOST = max(2 * wire.PUSH_JOURNAL, 2 * CHECK_WINDOW)
+"""Bytes of one segment (and of its checksum file) kept at most: the end, from which the next read starts."""
+
+KEEP_TAIL = 2 * CHECK_WINDOW
+"""Bytes kept before the end of what a read took (the next pass's read starts CHECK_WINDOW before the hub's end)."""
+
 SEND_BATCH = 1 << 20
 """Bytes of calls sent in one write: a pass's thousands of calls go out in a few SSH packets' worth each."""
 
@@ -67,16 +74,21 @@ _MISS = object()
 class _Call:
     """A call under way: its method and arguments, the bytes of its result so far, and how it ended."""
 
-    __slots__ = ("method", "args", "limit", "parts", "size", "done", "value", "error")
+    __slots__ = ("method", "args", "limit", "parts", "size", "done", "value", "error", "cond")
 
-    def __init__(self, method: str, args: list[Any]) -> None:
-        self.method, self.args = method, args
+    def __init__(self, method: str, args: list[Any], cond: threading.Condition) -> None:
+        self.method, self.args, self.cond = method, args, cond
         self.limit = wire.result_limit(method, args)
         self.parts: list[bytes] = []
         self.size = 0
         self.done = False
         self.value: Any = None
         self.error: BaseException | None = None
+
+    def wait(self, timeout: float) -> bool:
+        """Wait until the call is answered (or its connection failed), at most `timeout` seconds; whether it was."""
+        with self.cond:
+            return self.cond.wait_for(lambda: self.done, timeout)
 
 
 class Connection:
@@ -104,9 +116,9 @@ class Connection:
         self.state_skipped: dict[str, str] = {}
         self.state_at = 0.0  # when the last whole state came
         self._building: wire.State | None = None  # a whole state coming in several frames
-        # Version 3's pushed bytes, until a read of that segment takes them (once: a read that fails its checks asks
-        # the server next time): (journal, segment) -> (start, bytes), and -> (skip, header, the file from skip) or
-        # None (no checksum file); _kept: their bytes in all (at most PUSHED_KEPT).
+        # Version 3's pushed bytes, joined to the end of what the last read returned (the server pushes what follows
+        # it): (journal, segment) -> (start, bytes), and -> (start, header, the file from start) or None (no checksum
+        # file); _kept: their bytes in all (at most PUSHED_KEPT). A journal whose copy failed is forgotten.
         self._data: dict[tuple[str, str], tuple[int, bytes]] = {}
         self._sums: dict[tuple[str, str], tuple[int, bytes, bytes] | None] = {}
         self._kept = 0
@@ -257,61 +269,116 @@ class Connection:
             self.on_changed([] if full else sorted([*got, *gone]))
 
     def _keep(self, journal: str, name: str, start: int, data: bytes, skip: int, sums: bytes | None) -> None:
-        """Keep a segment's pushed bytes (after those kept already, if they follow on) and its checksum file."""
-        key = (journal, name)
-        had = self._data.pop(key, None)
-        if had is not None:
-            self._kept -= len(had[1])
-            if had[0] <= start <= had[0] + len(had[1]) and start - had[0] + len(data) <= 2 * wire.PUSH_JOURNAL:
-                start, data = had[0], had[1][: start - had[0]] + data
-        self._data[key] = (start, data)
-        self._kept += len(data)
-        old = self._sums.pop(key, None)
-        if old is not None:
-            self._kept -= len(old[1]) + len(old[2])
-        body = sums
+        """Keep a segment's pushed bytes, after those kept if they follow on, and as much of its checksum file."""
+        self._put_data((journal, name), start, data, newer=True)
         if sums is None:
-            self._sums[key] = None
+            self._drop_sums((journal, name))
+            self._sums[(journal, name)] = None
         else:
-            head, body = (sums[: SUM_HEADER.size], sums[SUM_HEADER.size :]) if skip else (sums[: SUM_HEADER.size], sums)
-            base = skip if skip else 0
-            if old is not None and old[0] <= base <= old[0] + len(old[2]) and base - old[0] + len(body) <= (
-                2 * wire.PUSH_JOURNAL
-            ):
-                base, body = old[0], old[2][: base - old[0]] + body
-            self._sums[key] = (base, head, body)
-            self._kept += len(head) + len(body)
+            self._put_sums((journal, name), skip, sums, newer=True)
         for _ in range(len(self._data) + len(self._sums)):  # the oldest go first
             if self._kept <= PUSHED_KEPT:
                 break
             first = next(iter(self._data or self._sums))
-            data_gone = self._data.pop(first, None)
-            sums_gone = self._sums.pop(first, None)
-            self._kept -= (len(data_gone[1]) if data_gone else 0) + (len(sums_gone[1]) + len(sums_gone[2])
-                                                                      if sums_gone else 0)  # fmt: skip
+            self._drop_data(first)
+            self._drop_sums(first)
+
+    def _drop_data(self, key: tuple[str, str]) -> tuple[int, bytes] | None:
+        had = self._data.pop(key, None)
+        if had is not None:
+            self._kept -= len(had[1])
+        return had
+
+    def _drop_sums(self, key: tuple[str, str]) -> tuple[int, bytes, bytes] | None:
+        had = self._sums.pop(key, None)
+        if had is not None:
+            self._kept -= len(had[1]) + len(had[2])
+        return had
+
+    def _put_data(self, key: tuple[str, str], start: int, data: bytes, newer: bool) -> None:
+        """Kept bytes of a segment from `start` on: joined to those kept when one follows on from the other (`newer`:
+        these were pushed, so they go after; else they were read, and what was pushed after them is kept too)."""
+        had = self._drop_data(key)
+        if had is not None:
+            s0, d0 = had
+            if newer and s0 <= start <= s0 + len(d0):
+                start, data = s0, d0[: start - s0] + data
+            elif not newer and start <= s0 <= start + len(data) < s0 + len(d0):
+                data = data[: s0 - start] + d0
+            elif not newer and (start + len(data) < s0 or s0 <= start and start + len(data) <= s0 + len(d0)):
+                start, data = s0, d0  # a gap (the pushed bytes are newer), or nothing the kept ones lack
+        if len(data) > KEEP_AT_MOST:  # the end is what the next read starts from
+            start, data = start + len(data) - KEEP_AT_MOST, data[-KEEP_AT_MOST:]
+        self._data[key] = (start, data)
+        self._kept += len(data)
+
+    def _put_sums(self, key: tuple[str, str], skip: int, sums: bytes, newer: bool) -> None:
+        """Kept bytes of a checksum file (what read_sums(skip) answered), joined as _put_data joins a segment's."""
+        head, base, body = (sums[: SUM_HEADER.size], skip, sums[SUM_HEADER.size :]) if skip else (
+            sums[: SUM_HEADER.size], 0, sums)  # fmt: skip
+        had = self._drop_sums(key)
+        if had is not None:
+            b0, _h0, d0 = had
+            if newer and b0 <= base <= b0 + len(d0):
+                base, body = b0, d0[: base - b0] + body
+            elif not newer and base <= b0 <= base + len(body) < b0 + len(d0):
+                body = body[: b0 - base] + d0
+            elif not newer and (base + len(body) < b0 or b0 <= base and base + len(body) <= b0 + len(d0)):
+                base, head, body = had
+        if len(body) > KEEP_AT_MOST and base + len(body) - KEEP_AT_MOST > SUM_HEADER.size:
+            base, body = base + len(body) - KEEP_AT_MOST, body[-KEEP_AT_MOST:]
+        self._sums[key] = (base, head, body)
+        self._kept += len(head) + len(body)
 
     def _take(self, method: str, args: list[Any]) -> Any:
-        """A read's or read_sums' result from the pushed bytes, or _MISS; either way they are dropped (used once)."""
+        """A read's or read_sums' result from what was pushed (and the end of what was read), or _MISS. What follows
+        its start stays, for the next read from a little before the copy's end (sej.hub.copy.CHECK_WINDOW)."""
         key = (args[0], args[1])
         if method == "read":
-            got = self._data.pop(key, None)
-            if got is None:
-                return _MISS
-            self._kept -= len(got[1])
-            start, data = got
+            got = self._data.get(key)
             pos, size = args[2], args[3]
-            return data[pos - start : pos - start + size] if start <= pos and pos + size <= start + len(data) else _MISS
+            if got is None or not got[0] <= pos or pos + size > got[0] + len(got[1]):
+                return _MISS
+            start, data = got
+            cut = pos + size - KEEP_TAIL - start  # the next read starts after this one's end, less CHECK_WINDOW
+            if cut > 0:
+                self._kept -= cut
+                self._data[key] = (start + cut, data[cut:])
+            return data[pos - start : pos - start + size]
         if key not in self._sums:
             return _MISS
-        sums = self._sums.pop(key)
+        sums = self._sums[key]
         if sums is None:
             return None
         base, head, body = sums
-        self._kept -= len(head) + len(body)
         skip = args[2] if args[2] > SUM_HEADER.size else 0
         if skip == 0:
             return body if base == 0 else _MISS
-        return head + body[skip - base :] if base <= skip else _MISS
+        if base > skip:
+            return _MISS
+        got = head + body[skip - base :]
+        cut = len(body) - KEEP_TAIL  # the next read starts from this one's last whole record, or after it
+        if cut > 0 and base + cut > SUM_HEADER.size:
+            self._kept -= cut
+            self._sums[key] = (base + cut, head, body[cut:])
+        return got
+
+    def learn(self, calls: list[Call], results: list[Any]) -> None:
+        """Keep the end of what reads from the server returned (joined to what was pushed since), for the next pass's
+        reads, which start a little before the end of this one's."""
+        with self._cond:
+            for (method, *args), got in zip(calls, results, strict=True):
+                if method == "read" and isinstance(got, bytes) and got:
+                    self._put_data((args[0], args[1]), args[2], got, newer=False)
+                elif method == "read_sums" and isinstance(got, bytes):
+                    self._put_sums((args[0], args[1]), args[2] if args[2] > SUM_HEADER.size else 0, got, newer=False)
+
+    def forget(self, journals: set[str] | None) -> None:
+        """Drop what is kept of `journals` (None: all): their copy failed, so the next one reads afresh."""
+        with self._cond:
+            for key in [k for k in [*self._data, *self._sums] if journals is None or k[0] in journals]:
+                self._drop_data(key)
+                self._drop_sums(key)
 
     def known(self, calls: list[Call]) -> dict[int, Any] | None:
         """The results of `calls` the pushes tell, by index: journals, segments and size from the state, reads from
@@ -398,12 +465,19 @@ class Connection:
     def call_many(self, calls: list[Call]) -> list[Any]:
         """Each call's checked result, or the SejError or OSError the server reported for it; a failed stream
         raises a SourceError for all of them."""
+        pending = self.send(calls)
+        self._wait(pending)
+        return [c.error if c.error is not None else c.value for c in pending]
+
+    def send(self, calls: list[Call]) -> list[_Call]:
+        """Send `calls` (pipelined, in order) without waiting: each is `done` once answered, with its checked `value`
+        or its `error` (a failed stream: that SourceError)."""
         pending: list[_Call] = []
         frames: list[bytes] = []
         for method, *args in calls:
             if method not in wire.METHODS:
                 raise InvalidArgumentError(f"sej serve has no call {method!r}")
-            pending.append(_Call(method, args))
+            pending.append(_Call(method, args, self._cond))
         with self._send_lock:
             with self._cond:
                 if self.failed is not None:
@@ -424,8 +498,7 @@ class Connection:
                     self._send(b"".join(frames))
             except (OSError, EOFError) as e:
                 self._fail(SourceError(f"{self.label}: sending to sej serve: {e or type(e).__name__}"))
-        self._wait(pending)
-        return [c.error if c.error is not None else c.value for c in pending]
+        return pending
 
     def _send(self, data: bytes) -> None:
         self.channel.sendall(data)
@@ -518,7 +591,8 @@ class ServeSource:
         """Nothing to keep: the server opens what it reads on its own machine, at no round trip."""
 
     def forget(self, journals: set[str] | None = None) -> None:
-        """Nothing kept."""
+        """Drop the pushed bytes kept of `journals` (None: all): gone, failed or stalled, they are read afresh."""
+        self.conn.forget(journals)
 
     def tidy(self) -> None:
         """Nothing kept."""
@@ -534,13 +608,13 @@ class ServeSource:
         return value
 
     def many(self, calls: list[Call]) -> list[Any]:
-        known = self.conn.known(calls)  # pushed: the listing and the probe cost no round trip
-        if not known:
-            results = self.conn.call_many(calls)
-        else:
-            asked = [c for i, c in enumerate(calls) if i not in known]
-            got = iter(self.conn.call_many(asked) if asked else [])
-            results = [known[i] if i in known else next(got) for i in range(len(calls))]
+        known = self.conn.known(calls)  # pushed: the listing, the probe and the reads cost no round trip
+        asked = calls if not known else [c for i, c in enumerate(calls) if i not in known]
+        answers = self.conn.call_many(asked) if asked else []
+        if self.conn.version >= 3:
+            self.conn.learn(asked, answers)
+        got = iter(answers)
+        results = [known[i] if known and i in known else next(got) for i in range(len(calls))]
         return [self._convert(c[0], r) for c, r in zip(calls, results, strict=True)]
 
     def _one(self, *call: Any) -> Any:
@@ -572,6 +646,14 @@ class ServeSource:
 
     def commit_offset(self, journal: str, reader: str, value: int, sweep: bool = True) -> None:
         self._one("commit_offset", journal, reader, value, sweep)
+
+    def commit_later(self, calls: list[Call]) -> list[_Call]:
+        """Send commit_offset `calls` without waiting for the server's fsyncs (the daemon's: a pass need not wait a
+        round trip and the producer's syncs for them); each is `done` once answered, with its `error` if it failed
+        (a failed stream fails those still waiting)."""
+        if any(c[0] != "commit_offset" for c in calls):
+            raise InvalidArgumentError("commit_later sends commit_offset calls only")
+        return self.conn.send(calls)
 
     def describe(self, journal: str, name: str = "") -> str:
         path = posixpath.join(self.root, journal, "jnl", name) if name else posixpath.join(self.root, journal)

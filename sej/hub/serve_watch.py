@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 
 from watchdog.events import (
     DirCreatedEvent,
@@ -67,7 +67,7 @@ class Pusher:
     """
 
     def __init__(self, path: str, send: Callable[[bytes], None], journal: str | None = None,
-                 state: Callable[[list[str] | None], list[bytes]] | None = None) -> None:  # fmt: skip
+                 state: Callable[[list[str] | None], Iterable[bytes]] | None = None) -> None:  # fmt: skip
         self.path, self.send, self.journal, self.state = path, send, journal, state
         self._cond = threading.Condition()
         self._changed: set[str] = set()
@@ -118,17 +118,19 @@ class Pusher:
                 everything = self._all
                 self._changed, self._all = set(), False
             try:
-                self.send(self._frames(None if everything else names))
+                for frame in self._frames(None if everything else names):
+                    self.send(frame)  # each as it is made: the hub copies the first while the rest are listed
             except OSError:
                 return
 
-    def _frames(self, names: list[str] | None) -> bytes:
+    def _frames(self, names: list[str] | None) -> Iterator[bytes]:
         if self.state is not None:
             try:
-                return b"".join(self.state(names))
+                yield from self.state(names)
+                return
             except Exception as e:  # the hub asks instead (a CHANGED drops what it knew)
                 log.error("sej serve %s: cannot list what changed: %s", self.path, e)
-        return wire.encode(wire.changed(names or []))
+        yield wire.encode(wire.changed(names or []))
 
     def close(self) -> None:
         self._sub.close()
