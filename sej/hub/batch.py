@@ -403,9 +403,9 @@ class _Pass:
             with ThreadPoolExecutor(max_workers=ways) as self.pool, ThreadPoolExecutor(copying) as self.local_pool:
                 for _ in range(MAX_FOLLOW_UPS + 1):
                     self.list_work(work)
-                    grown, stalled = self.copy_rounds(work)
+                    grown, stalled, last = self.copy_rounds(work)
                     self.let_go |= stalled
-                    work = self.follow_up(grown, stalled)
+                    work = self.commit_and_follow_up(last, grown, stalled)
                     if not work:
                         break
                 self.commit_due()
@@ -483,23 +483,56 @@ class _Pass:
         with self.took("list"):
             _list(self.lister, work, self.reader)
 
-    def copy_rounds(self, work: list[_Plan]) -> tuple[list[_Plan], set[str]]:
-        """Read, copy, sync and commit `work` in rounds (_rounds); the probed journals that grew, and those of them
-        that copied nothing (stalled, listed next: see _rolled_over)."""
+    def copy_rounds(self, work: list[_Plan]) -> tuple[list[_Plan], set[str], list[_Copied]]:
+        """Read, copy, sync and commit `work` in rounds (_rounds), but for the last round's commits, returned (see
+        commit_and_follow_up); the probed journals that grew, and those of them that copied nothing (stalled, listed
+        next: see _rolled_over)."""
         # The probe and the listing have just lstat'ed every segment the first round reads: no lstat again there (a
         # round later, after copies and syncs, each read lstats its segment itself).
         seen = self.reads_seen
         grown: list[_Plan] = []
         stalled: set[str] = set()
+        last: list[_Copied] = []
         for batch in _rounds(work):
             if self.stopped():
                 break
+            self.commit(last)
             self.read(batch, seen)
             seen = False
-            done = self.copy(batch)
-            self.record(done, grown, stalled)
+            last = self.copy(batch)
+            self.record(last, grown, stalled)
+        return grown, stalled, last
+
+    def commit_and_follow_up(self, done: list[_Copied], grown: list[_Plan], stalled: set[str]) -> list[_Plan]:
+        """Commit the last round's hub offsets and look for the grown journals' next segments (follow_up) at once:
+        over the network, the follow-up's lstats (on the lister) go while the commits (on the workers' sources)
+        wait for their fsyncs on the producer, a round trip less."""
+        if not self.remote or not grown or not done:
             self.commit(done)
-        return grown, stalled
+            return self.follow_up(grown, stalled)
+        for _p, o, _src in done:  # the follow-up looks for the segments named by the copies' new tails
+            if o.result is not None:
+                self.state.remember(o.result)
+        got: list[list[_Plan]] = []
+        failed: list[BaseException] = []
+
+        def follow() -> None:
+            try:
+                got.append(self.follow_up(grown, stalled))
+            except BaseException as e:  # raised in this thread, after the commits
+                failed.append(e)
+
+        beside = threading.Thread(target=follow, name="sej-hub-follow-up", daemon=True)
+        beside.start()
+        try:
+            self.commit(done)
+        finally:
+            beside.join()
+        if failed:
+            raise failed[0]
+        for p in got[0]:  # as the commits left it (the plans were made while they went)
+            p.committed = self.state.expected(p.journal)
+        return got[0]
 
     def read(self, batch: list[_Plan], seen: bool) -> None:
         """Read ahead a round's new bytes (_read)."""
@@ -583,6 +616,8 @@ class _Pass:
 
     def commit(self, done: list[_Copied]) -> None:
         """Commit a round's hub offsets, all at once, after its copies are durable (_commit)."""
+        if not done:
+            return
         with self.took("commit"):
             _commit(self.many(), done, self.reader, self.state, self.outcomes, self.client_id)
 

@@ -13,17 +13,34 @@ import functools
 import logging
 import os
 import socket
+import sys
 import threading
 import time
 import weakref
 from collections.abc import Callable
 from typing import NamedTuple
 
-import paramiko
-
 from ..errors import SejError
 from .sftp_source import SftpSource
 from .source import IO_TIMEOUT
+
+
+def _import_paramiko() -> None:
+    """Import paramiko without invoke: paramiko.config imports it (yaml, asyncio and more: 45-60 ms of a `sej copy`
+    that takes 2 s at a distance) only to run the commands of `Match exec` lines in an ssh config. `resolve` imports
+    it when a config it reads has such a line."""
+    if "paramiko" in sys.modules or "invoke" in sys.modules:
+        return
+    sys.modules["invoke"] = None  # type: ignore[assignment]  # an ImportError for paramiko.config's try
+    try:
+        import paramiko.config  # noqa: F401
+    finally:
+        del sys.modules["invoke"]
+
+
+_import_paramiko()
+
+import paramiko  # noqa: E402
 
 
 class SshError(SejError):
@@ -57,7 +74,10 @@ def resolve(
     config_path = os.path.expanduser(ssh_config or "~/.ssh/config")
     entry: dict[str, object] = {}
     if os.path.exists(config_path):
-        entry = dict(paramiko.SSHConfig.from_path(config_path).lookup(host))
+        config = paramiko.SSHConfig.from_path(config_path)
+        if _runs_commands(config_path):
+            _import_invoke()
+        entry = dict(config.lookup(host))
     hostname = str(entry.get("hostname", host))
     identities = [identity] if identity else [str(p) for p in entry.get("identityfile", [])]  # type: ignore[attr-defined]
     if not identities:
@@ -75,6 +95,28 @@ def resolve(
         identity=[os.path.expanduser(p) for p in identities],
         known_hosts=os.path.expanduser(kh),
     )
+
+
+def _runs_commands(path: str) -> bool:
+    """Whether the ssh config at `path` may have a `Match exec` line (paramiko runs its command with invoke)."""
+    try:
+        with open(path, "rb") as f:
+            return b"exec" in f.read().lower()
+    except OSError:
+        return True  # paramiko read it: its error is its own
+
+
+def _import_invoke() -> None:
+    """Give paramiko.config the invoke that _import_paramiko kept from it, if installed (else paramiko raises
+    its own ImportError at a `Match exec`, as without it)."""
+    import paramiko.config as config
+
+    if getattr(config, "invoke", None) is None:
+        try:
+            import invoke
+        except ImportError:
+            return
+        config.invoke = invoke  # type: ignore[attr-defined]
 
 
 def _whoami() -> str:

@@ -7,17 +7,23 @@ import re
 import sys
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import click
 
-from ...hub.batch import JournalOutcome, copy_all
-from ...hub.copy_state import CopyState, state_file
-from ...hub.location import TRANSPORTS, Origin, open_sources, parse_location
+from ...hub.location import TRANSPORTS, Origin, Sources, open_sources, parse_location
 from ...hub.names import check_client_id
-from ...hub.source import Source
 from ...layout import segment_dir
 from ..shell import Failure, usage
 from .progress import enabled
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from ...hub.batch import JournalOutcome
+    from ...hub.copy import Destinations
+    from ...hub.copy_state import CopyState
+    from ...hub.source import Source
 
 
 def default_client_id(host: str | None) -> str:
@@ -84,10 +90,26 @@ def copy_cmd(
         skipped.append(f"{name!r}: {why}")
         click.echo(f"sej: warning: {src}: skipping {name!r}: {why}", err=True)
 
-    with open_sources(origin) as sources:
+    opening = _Opening(origin)  # the SSH handshake and the server's start, while the copy engine loads here
+    destinations: Destinations | None = None
+    try:
+        from ...hub.copy import Destinations, open_journals
+        from ...hub.copy_state import CopyState, state_file
+
         os.makedirs(dst, exist_ok=True)
         state = CopyState.load(state_file(os.path.realpath(src) if origin.is_local else src, dst, cid, reader_name))
-        outcomes = _run(sources, dst, cid, reader_name, workers, threading.Event(), on_skip, state)
+        from ...hub import batch  # noqa: F401  # loaded here, meanwhile, not when the pass begins
+
+        destinations = Destinations(open_journals())
+        if not origin.is_local:  # the hub journals the last run copied into, opened while the connection opens
+            destinations.open_ahead(_hub_dirs(dst, cid, state, opening.failed))
+        with opening.sources() as sources:
+            outcomes = _run(sources, dst, cid, reader_name, workers, threading.Event(), on_skip, state,
+                            destinations)  # fmt: skip
+    finally:
+        opening.close()
+        if destinations is not None:
+            destinations.close()
     if not outcomes:
         raise Failure(f"{src}: found no journal to copy" + (f" (skipped {'; '.join(skipped)})" if skipped else ""))
     failed = 0
@@ -104,6 +126,72 @@ def copy_cmd(
         raise Failure(f"{failed} of {len(outcomes)} journals could not be copied (see above)")
 
 
+class _Opening:
+    """open_sources(origin) in a thread of its own, started at once: at a distance, the SSH handshake, the channel's
+    opening and the start of `sej serve` are round trips and the producer's work (0.7-1 s at +50 ms), during which
+    this process loads the copy engine and the state. A daemon thread: Ctrl-C does not wait for a connect to end."""
+
+    def __init__(self, origin: Origin) -> None:
+        self._got: list[Sources] = []
+        self._failed: list[BaseException] = []
+        self._closed = False
+        self._lock = threading.Lock()
+        if origin.is_local:
+            self._got.append(open_sources(origin))
+            self._thread: threading.Thread | None = None
+            return
+        self._thread = threading.Thread(target=self._open, args=(origin,), name="sej-copy-connect", daemon=True)
+        self._thread.start()
+
+    def _open(self, origin: Origin) -> None:
+        try:
+            got = open_sources(origin)
+        except BaseException as e:  # raised in the caller's thread by sources()
+            self._failed.append(e)
+            return
+        with self._lock:
+            closed = self._closed
+            if not closed:
+                self._got.append(got)
+        if closed:  # the command failed meanwhile
+            got.close()
+
+    def failed(self) -> bool:
+        """Whether opening the Sources failed (sources() raises why)."""
+        return bool(self._failed)
+
+    def sources(self) -> Sources:
+        """The Sources, once open (the caller closes them); what opening them raised."""
+        if self._thread is not None:
+            self._thread.join()
+        if self._failed:
+            raise self._failed[0]
+        with self._lock:
+            return self._got.pop()
+
+    def close(self) -> None:
+        """Close the Sources if opened, or when they are (not waiting for them)."""
+        with self._lock:
+            self._closed = True
+            got, self._got = self._got, []
+        for sources in got:
+            sources.close()
+
+
+def _hub_dirs(dst: str, cid: str, state: CopyState, stop: Callable[[], bool]) -> Iterator[str]:
+    """The hub's journal directories of the journals `state` knows, until `stop()`."""
+    from ...errors import InvalidArgumentError
+    from ...hub.names import destination_name
+
+    for journal in state.tails:
+        if stop():
+            return
+        try:
+            yield os.path.join(dst, destination_name(cid, journal))
+        except InvalidArgumentError:
+            continue  # the pass reports it
+
+
 def _run(
     make_source: Callable[[], Source],
     dst: str,
@@ -113,9 +201,13 @@ def _run(
     stop: threading.Event,
     on_skip: Callable[[str, str], None],
     state: CopyState,
+    destinations: Destinations,
 ) -> list[JournalOutcome]:
+    from ...hub.batch import copy_all
+
     if not enabled():
-        return copy_all(make_source, dst, cid, reader_name, workers, stop, on_skip=on_skip, state=state)
+        return copy_all(make_source, dst, cid, reader_name, workers, stop, on_skip=on_skip, state=state,
+                        destinations=destinations)  # fmt: skip
     with click.progressbar(length=0, label="copying", file=sys.stderr, show_pos=True) as bar:
         lock = threading.Lock()
 
@@ -124,4 +216,4 @@ def _run(
                 bar.length = (bar.length or 0) + n
                 bar.update(n)
 
-        return copy_all(make_source, dst, cid, reader_name, workers, stop, on_bytes, on_skip, state)
+        return copy_all(make_source, dst, cid, reader_name, workers, stop, on_bytes, on_skip, state, destinations)
