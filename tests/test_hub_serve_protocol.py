@@ -579,3 +579,44 @@ def test_the_servers_own_reads_for_the_hub_are_no_news(tmp_path) -> None:
         assert not any(read in p for p in pushes), pushes
     finally:
         conn.close()
+
+
+def test_bursts_are_pushed_while_the_whole_state_is_listed_and_again_after_it(tmp_path) -> None:
+    """Listing every journal takes a while over thousands of them: the bursts meanwhile are pushed at once, not after
+    it, and the journals they named are pushed again once the whole state is sent (it may be older than their push)."""
+    from sej.hub.serve_watch import Pusher
+
+    root = tmp_path / "root"
+    produce(str(root), 20)
+    j = sorted(os.listdir(root))[0]
+    listing = threading.Event()  # the whole state is being listed
+    release = threading.Event()
+    sent: list[Any] = []
+    cond = threading.Condition()
+
+    def state(names: list[str] | None) -> list[bytes]:
+        if names is None:
+            listing.set()
+            assert release.wait(scaled(20))
+        return [repr(names).encode()]
+
+    def send(data: bytes) -> None:
+        with cond:
+            sent.append(data.decode())
+            cond.notify_all()
+
+    pusher = Pusher(str(root), send, None, state)
+    try:
+        assert listing.wait(scaled(10))
+        with sej.Writer(str(root / j), durability="flush") as w:
+            w.append(b"while listing")
+        with cond:
+            assert cond.wait_for(lambda: any(j in s for s in sent), scaled(10)), sent
+        assert "None" not in sent, "pushed before the whole state"
+        release.set()
+        with cond:
+            assert cond.wait_for(lambda: "None" in sent and any(j in s for s in sent[sent.index("None"):]),
+                                 scaled(10)), sent  # fmt: skip
+    finally:
+        release.set()
+        pusher.close()

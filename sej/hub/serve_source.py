@@ -257,14 +257,15 @@ class Connection:
                 self._building, self.state_skipped = dict(got), skipped
             elif self._building is not None:
                 self._building.update(got)
-            if self._building is not None:
-                if not more:
-                    self.state, self._building = self._building, None
-                    self.state_at = time.monotonic()
-            elif self.state is not None:
+                for j in gone:
+                    self._building.pop(j, None)
+            if not full and self.state is not None:  # also while a whole state comes: the server pushes on meanwhile
                 self.state.update(got)
                 for j in gone:
                     self.state.pop(j, None)
+            if self._building is not None and not more:
+                self.state, self._building = self._building, None
+                self.state_at = time.monotonic()
         if self.on_changed is not None and not more:
             self.on_changed([] if full else sorted([*got, *gone]))
 

@@ -63,7 +63,8 @@ class Pusher:
     `journal`: the one journal served, when `path` is that journal; else each journal is the first
     component of a changed path below `path` (the root's own changes, a new journal, name none: []).
     With `state` (protocol version 2), each burst is sent as the frames `state(names)` gives instead (the changed
-    journals' segments, listed now; None: every journal), starting with every journal once the watch is on.
+    journals' segments, listed now; None: every journal), starting with every journal once the watch is on; every
+    journal's state is listed and sent by a thread of its own, while the bursts go on.
     """
 
     def __init__(self, path: str, send: Callable[[bytes], None], journal: str | None = None,
@@ -73,6 +74,10 @@ class Pusher:
         self._changed: set[str] = set()
         self._all = False  # something changed that names no journal (or too many did)
         self._closed = False
+        # While a whole state is listed (version 2: in a thread of its own, a second or so over thousands of
+        # journals), the bursts go on being pushed; the journals they name are pushed again after it, so that none
+        # is left at what the (older) whole state says. None: no whole state under way.
+        self._during: set[str] | None = None
         self._thread = threading.Thread(target=self._run, name="sej-serve-push", daemon=True)
         self._thread.start()
         self._sub = Subscription(path, _Changes(self), recursive=True, event_filter=list(EVENTS))
@@ -109,19 +114,46 @@ class Pusher:
         for _ in range(1 << 62):  # until closed, or the stream is gone
             with self._cond:
                 for _ in range(1 << 62):
-                    if self._closed or self._changed or self._all:
+                    whole = self._all and self._during is None
+                    if self._closed or self._changed or whole:
                         break
                     self._cond.wait()
                 if self._closed:
                     return
-                names = [] if self._all else sorted(self._changed)
-                everything = self._all
-                self._changed, self._all = set(), False
+                if whole and self.state is not None:  # listed in a thread of its own; the bursts go on meanwhile
+                    self._all, self._during = False, set()
+                    threading.Thread(target=self._whole, name="sej-serve-state", daemon=True).start()
+                    continue
+                names = [] if whole else sorted(self._changed)
+                everything = whole
+                self._changed = set()
+                if whole:
+                    self._all = False
+                if self._during is not None:
+                    self._during.update(names)
             try:
                 for frame in self._frames(None if everything else names):
                     self.send(frame)  # each as it is made: the hub copies the first while the rest are listed
             except OSError:
                 return
+
+    def _whole(self) -> None:
+        """Send every journal's state, then push again the journals pushed while it was listed."""
+        try:
+            for frame in self._frames(None):
+                if self._closed:
+                    return
+                self.send(frame)
+        except OSError:
+            with self._cond:
+                self._closed = True  # the stream is gone
+                self._cond.notify()
+            return
+        with self._cond:
+            if self._during:
+                self._changed |= self._during
+            self._during = None
+            self._cond.notify()
 
     def _frames(self, names: list[str] | None) -> Iterator[bytes]:
         if self.state is not None:
