@@ -8,6 +8,7 @@ import re
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import msgpack
@@ -582,41 +583,50 @@ def test_the_servers_own_reads_for_the_hub_are_no_news(tmp_path) -> None:
 
 
 def test_bursts_are_pushed_while_the_whole_state_is_listed_and_again_after_it(tmp_path) -> None:
-    """Listing every journal takes a while over thousands of them: the bursts meanwhile are pushed at once, not after
-    it, and the journals they named are pushed again once the whole state is sent (it may be older than their push)."""
+    """Listing every journal takes a while over thousands of them: a burst meanwhile is pushed at once, not after the
+    whole state, and a journal it names that the whole state had listed before (so the whole state, sent after the
+    burst, says less) is pushed again once the whole state is sent."""
     from sej.hub.serve_watch import Pusher
 
     root = tmp_path / "root"
     produce(str(root), 20)
     j = sorted(os.listdir(root))[0]
-    listing = threading.Event()  # the whole state is being listed
+    session = Session(str(root))
+    session.version, session._asked = 3, str(root)
+    listed = threading.Event()  # the whole state is listed, not sent yet
     release = threading.Event()
-    sent: list[Any] = []
+    sent: list[tuple[bool, list[str]]] = []  # (full, journals) of each STATE sent
     cond = threading.Condition()
 
-    def state(names: list[str] | None) -> list[bytes]:
+    def state(names: list[str] | None) -> Iterator[bytes]:
+        frames = session.state_frames(names)
         if names is None:
-            listing.set()
+            first = next(frames)  # listed now, before the append
+            listed.set()
             assert release.wait(scaled(20))
-        return [repr(names).encode()]
+            yield first
+        yield from frames
 
     def send(data: bytes) -> None:
+        d = wire.Decoder()
+        d.feed(data)
+        full, got, _gone, _skipped, _more, _pushed = wire.parse_state(d.next(), 3)
         with cond:
-            sent.append(data.decode())
+            sent.append((full, sorted(got)))
             cond.notify_all()
 
     pusher = Pusher(str(root), send, None, state)
     try:
-        assert listing.wait(scaled(10))
+        assert listed.wait(scaled(10))
         with sej.Writer(str(root / j), durability="flush") as w:
             w.append(b"while listing")
         with cond:
-            assert cond.wait_for(lambda: any(j in s for s in sent), scaled(10)), sent
-        assert "None" not in sent, "pushed before the whole state"
+            assert cond.wait_for(lambda: any(j in names for _full, names in sent), scaled(10)), sent
+        assert not any(full for full, _names in sent), "pushed before the whole state"
         release.set()
         with cond:
-            assert cond.wait_for(lambda: "None" in sent and any(j in s for s in sent[sent.index("None"):]),
-                                 scaled(10)), sent  # fmt: skip
+            assert cond.wait_for(lambda: any(full for full, _names in sent) and any(
+                j in names for _full, names in sent[[f for f, _n in sent].index(True) + 1 :]), scaled(10)), sent
     finally:
         release.set()
         pusher.close()

@@ -102,6 +102,7 @@ class Session:
         self._asked = ""
         self._watch_source: Any = None
         self._listed: dict[str, dict[str, tuple[int, int]]] = {}  # journal -> segment -> (size, sums size) last pushed
+        self._pushed_at: dict[str, float] = {}  # journal -> when a burst last listed it (time.monotonic())
         self.decoder = wire.Decoder()
         self.source: Any = None  # after the hello: a LocalSource (or _OneJournal)
         self.source_root = self.root  # the directory its journals are in
@@ -230,20 +231,29 @@ class Session:
         if source is None:
             source = self._watch_source = self._open(self._asked)
         if names is None or len(names) > wire.STATE_ENTRIES:
-            return iter(self._full_state(source))
+            return self._full_state(source)
         return self._changed_state(source, names)
 
-    def _full_state(self, source: Any) -> list[bytes]:
+    def _full_state(self, source: Any) -> Iterator[bytes]:
+        """The whole state; then, once it is sent, the journals a burst pushed while it was listed (their push went
+        out before it, and may be newer), listed again."""
         journals, skipped = source.journals(), source.skipped()
-        entries, _gone = self._list(source, journals)
+        entries: list[tuple[str, list[tuple[str, int]] | None]] = []
+        listed_at: dict[str, float] = {}
+        for j in journals:
+            listed_at[j] = time.monotonic()
+            entries += self._list(source, [j])[0]
         if self.version >= 3:  # what the hub is told now is the base of the next push's bytes
             self._listed = {j: {name: (size, self._listed.get(j, {}).get(name, (0, 0))[1]) for name, size in segs}
                             for j, segs in entries if segs is not None}  # fmt: skip
         step = wire.STATE_ENTRIES
         chunks = [entries[k : k + step] for k in range(0, len(entries), step)] or [[]]
         empty: list[wire.Pushed] | None = [] if self.version >= 3 else None
-        return [wire.encode(wire.state(k == 0, chunk, [], skipped if k == 0 else {}, k < len(chunks) - 1, empty))
-                for k, chunk in enumerate(chunks)]  # fmt: skip
+        for k, chunk in enumerate(chunks):
+            yield wire.encode(wire.state(k == 0, chunk, [], skipped if k == 0 else {}, k < len(chunks) - 1, empty))
+        again = [j for j, at in listed_at.items() if self._pushed_at.get(j, 0.0) > at]
+        if again:
+            yield from self._changed_state(source, again)
 
     def _changed_state(self, source: Any, names: list[str]) -> Iterator[bytes]:
         entries: list[tuple[str, list[tuple[str, int]] | None]] = []
@@ -251,6 +261,7 @@ class Session:
         began = time.monotonic()
         for k, j in enumerate(names):
             listed, missing = self._list(source, [j])
+            self._pushed_at[j] = time.monotonic()  # after its listing: a whole state listed before may be older
             entries += listed
             gone += missing
             if k + 1 < len(names) and time.monotonic() - began < PUSH_EVERY:

@@ -64,7 +64,8 @@ class Pusher:
     component of a changed path below `path` (the root's own changes, a new journal, name none: []).
     With `state` (protocol version 2), each burst is sent as the frames `state(names)` gives instead (the changed
     journals' segments, listed now; None: every journal), starting with every journal once the watch is on; every
-    journal's state is listed and sent by a thread of its own, while the bursts go on.
+    journal's state is listed and sent by a thread of its own, while the bursts go on (`state(None)` then pushes
+    again those a burst pushed after the whole state had listed them).
     """
 
     def __init__(self, path: str, send: Callable[[bytes], None], journal: str | None = None,
@@ -75,9 +76,9 @@ class Pusher:
         self._all = False  # something changed that names no journal (or too many did)
         self._closed = False
         # While a whole state is listed (version 2: in a thread of its own, a second or so over thousands of
-        # journals), the bursts go on being pushed; the journals they name are pushed again after it, so that none
-        # is left at what the (older) whole state says. None: no whole state under way.
-        self._during: set[str] | None = None
+        # journals), the bursts go on being pushed (`state(None)` pushes again after it those it listed before
+        # their push). False: no whole state under way.
+        self._whole_busy = False
         self._thread = threading.Thread(target=self._run, name="sej-serve-push", daemon=True)
         self._thread.start()
         self._sub = Subscription(path, _Changes(self), recursive=True, event_filter=list(EVENTS))
@@ -114,14 +115,14 @@ class Pusher:
         for _ in range(1 << 62):  # until closed, or the stream is gone
             with self._cond:
                 for _ in range(1 << 62):
-                    whole = self._all and self._during is None
+                    whole = self._all and not self._whole_busy
                     if self._closed or self._changed or whole:
                         break
                     self._cond.wait()
                 if self._closed:
                     return
                 if whole and self.state is not None:  # listed in a thread of its own; the bursts go on meanwhile
-                    self._all, self._during = False, set()
+                    self._all, self._whole_busy = False, True
                     threading.Thread(target=self._whole, name="sej-serve-state", daemon=True).start()
                     continue
                 names = [] if whole else sorted(self._changed)
@@ -129,8 +130,6 @@ class Pusher:
                 self._changed = set()
                 if whole:
                     self._all = False
-                if self._during is not None:
-                    self._during.update(names)
             try:
                 for frame in self._frames(None if everything else names):
                     self.send(frame)  # each as it is made: the hub copies the first while the rest are listed
@@ -138,7 +137,7 @@ class Pusher:
                 return
 
     def _whole(self) -> None:
-        """Send every journal's state, then push again the journals pushed while it was listed."""
+        """Send every journal's state (and what `state(None)` pushes again after it)."""
         try:
             for frame in self._frames(None):
                 if self._closed:
@@ -150,9 +149,7 @@ class Pusher:
                 self._cond.notify()
             return
         with self._cond:
-            if self._during:
-                self._changed |= self._during
-            self._during = None
+            self._whole_busy = False
             self._cond.notify()
 
     def _frames(self, names: list[str] | None) -> Iterator[bytes]:
