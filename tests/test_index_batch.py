@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -68,11 +71,28 @@ def test_write_through_modes_write_the_index_with_each_append(jdir: str, mode: s
         assert on_disk(jdir) == [w._index.index[i] for i in range(len(w._index.index))]
 
 
-def test_a_batch_bigger_than_the_free_buffer_writes_its_entries_after_its_frames(jdir: str) -> None:
-    """append_many of a batch that does not fit beside what is buffered: the buffer, the batch, then the index."""
-    w = sej.Writer(jdir, buffer_size=1 << 16)
-    w.append(b"x" * 1000)
-    w.append_many([b"v" * 1000] * 2000)  # 2 MiB: straight out after the buffer
-    assert len(on_disk(jdir)) > idx.BATCH
+CHILD = r"""
+import os, resource, signal, sys
+import sej
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, as on a full disk
+w = sej.Writer(sys.argv[1], buffer_size=1 << 16)
+w.append(b"x" * 1000)
+resource.setrlimit(resource.RLIMIT_FSIZE, (300_000, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+try:
+    w.append_many([b"v" * 1000] * 2000)  # 2 MiB beside a buffered frame: the buffer, then the batch, then the index
+except OSError as e:
+    print(e.errno, flush=True)
+os._exit(0)  # as if killed: nothing more written
+"""
+
+
+def test_a_batch_that_fails_to_write_leaves_no_index_entry_past_the_data(jdir: str) -> None:
+    """append_many of a batch that does not fit beside what is buffered: its index entries are written only
+    after the batch, so a write that fails part way (a full disk) leaves none pointing past the data."""
+    out = subprocess.run([sys.executable, "-c", CHILD, jdir], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.split() == [str(errno.EFBIG)], out.stderr
+    assert 0 < os.path.getsize(segment_path(jdir, 0)) <= 300_000
     assert_behind_data(jdir)
-    w.close()
+    with pytest.warns(sej.CorruptionWarning), sej.Writer(jdir) as w:  # recovery cuts the torn tail
+        assert w.next_offset >= 1
+    assert_behind_data(jdir)
