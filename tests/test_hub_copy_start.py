@@ -4,6 +4,7 @@ and what it does not import (paramiko's invoke, unless an ssh config runs comman
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -97,3 +98,42 @@ def test_a_match_exec_line_in_the_ssh_config_still_runs_its_command(sshd, tmp_pa
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=scaled(120))
     assert r.returncode == 0, r.stderr
     assert_identical(src, hub, client="producer-alias")
+
+
+def test_a_far_sej_copy_probes_while_it_lists_and_settles_journals_gone_and_new(sshd, tmp_path: Path) -> None:
+    """Through a link of +20 ms, a `sej copy` with a state probes the journals the state knows while it lists the
+    root (over SFTP on a worker's channel, over sej serve on the same stream). A journal gone since is not reported,
+    a new one is copied whole, the others get what they gained: the hub is the producer's copy, over both."""
+    from testing.wan import Wan
+
+    src, cache = tmp_path / "src", tmp_path / "cache"
+    produce(str(src), 200)
+    env = dict(os.environ, PYTHONPATH=str(REPO), XDG_CACHE_HOME=str(cache))
+    with Wan(sshd.port, rtt=0.020) as wan:
+        known = tmp_path / "known_hosts_wan"
+        known.write_text(f"[127.0.0.1]:{wan.port} {sshd.host_key}\n")
+
+        def copy(hub: Path, transport: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [sys.executable, "-m", "sej.apps.cli", "copy", f"ssh://{sshd.user}@127.0.0.1:{wan.port}{src}",
+                 str(hub), "--client-id", "c1", "--identity", str(sshd.identity), "--known-hosts", str(known),
+                 "--transport", transport, "--serve-command", f"{sys.executable} -m sej.apps.cli"],
+                capture_output=True, text=True, env=env, timeout=scaled(120),
+            )  # fmt: skip
+
+        hubs = {t: tmp_path / f"hub-{t}" for t in ("sftp", "serve")}
+        for transport, hub in hubs.items():
+            r = copy(hub, transport)
+            assert r.returncode == 0, r.stderr
+            assert_identical(str(src), str(hub))
+        produce(str(src), 60, seed=3)  # every journal gained messages
+        shutil.rmtree(src / "p.2.003")  # but this one is gone (removed by its producer's operator, say)
+        with sej.Writer(str(src / "p.3.007")) as w:  # and a new one appeared
+            w.append(b"new journal")
+        for transport, hub in hubs.items():
+            r = copy(hub, transport)
+            assert r.returncode == 0, r.stderr
+            lines = r.stdout.splitlines()
+            assert not any(line.startswith("p.2.003 ") for line in lines), lines
+            assert any(line.startswith("p.3.007 -> ") and "1 messages" in line for line in lines), lines
+            assert_identical(str(src), str(hub))

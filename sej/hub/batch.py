@@ -374,7 +374,8 @@ class _Pass:
         # opened ahead, in threads of their own, while the pass lists and probes (an idle pass closes them unused).
         # Nearby that saves nothing, and an idle pass would start sftp-servers for nothing.
         self.opening = _Opening(make_source)
-        if kept is None and self.lister.remote and self.lister.round_trip >= PROBE_TOGETHER_RTT:
+        self.far = kept is None and self.lister.remote and self.lister.round_trip >= PROBE_TOGETHER_RTT
+        if self.far:
             self.opening.start(workers)
         self.let_go: set[str] = set()  # journals whose files the kept sources are to let go of: gone, failed or stalled
         self.took = _Phases()
@@ -387,8 +388,13 @@ class _Pass:
 
     def run(self) -> list[JournalOutcome]:
         try:
+            ahead = self.probe_ahead()
             journals = self.find_journals()
-            plans = self.plan(journals)
+            if ahead is None:
+                plans = self.plan(journals)
+                work = self.probe(plans)
+            else:
+                plans, work = ahead.settle(journals)
             # Over SFTP, reads and commits go over the workers' channels; a local source's calls stay in this
             # thread (a daemon thread in sej-hub): one stuck in the kernel must not hold up the process's exit,
             # as a pool thread would.
@@ -396,7 +402,6 @@ class _Pass:
             self.reads_seen = self.lister.reads_seen  # SftpSource.read_seen: a read without an lstat first
             for k in range(self.workers if self.kept is not None else 0):
                 self.idle.put(k)
-            work = self.probe(plans)
             unchanged = len(plans) - len(work)
             calls_at_most = max(len(work), len(self.state.pending))  # channels: a pass's copies, or its commits due
             ways, copying = max(1, min(self.workers, calls_at_most)), max(1, min(self.workers, COPY_THREADS))
@@ -477,6 +482,15 @@ class _Pass:
                 listed = {p.journal for p in work}
                 work += _probe(self.lister, [p for p in plans if p.journal not in listed], self.outcomes)
         return work
+
+    def probe_ahead(self) -> _ProbeAhead | None:
+        """Far away (a fresh `sej copy`), the journals the state knows are probed while the root is listed, over a
+        source of their own (a worker's SFTP channel, opened ahead; over sej serve, the same stream): one phase's
+        round trips less, and over SFTP the listing's lstat of every jnl/ with it. None when not far, or the state
+        knows no journal: the probe follows the listing."""
+        if not self.far or not self.state.tails:
+            return None
+        return _ProbeAhead(self, self.plan(sorted(self.state.tails)))
 
     def list_work(self, work: list[_Plan]) -> None:
         """List the segments of the journals the probe did not settle (_list)."""
@@ -648,6 +662,52 @@ class _Pass:
                     self.destinations.close()
 
 
+class _ProbeAhead:
+    """The probe of the journals a state knows (`plans`) over a worker's source (opened ahead, given back after), in
+    a thread of its own, while the pass lists the root (_Pass.probe_ahead); `settle` reconciles it with the listing."""
+
+    def __init__(self, run: _Pass, plans: list[_Plan]) -> None:
+        self.run, self.plans = run, plans
+        self.work: list[_Plan] = []
+        self.failed: list[BaseException] = []
+        self.thread = threading.Thread(target=self._probe, name="sej-hub-probe", daemon=True)
+        self.thread.start()
+
+    def _probe(self) -> None:
+        try:
+            source = self.run.opening.take()  # here: the listing does not wait for its channel to open
+            try:
+                with self.run.took("probe"):
+                    self.work = _probe(source, self.plans, self.run.outcomes)
+            finally:
+                if source.broken:
+                    with self.run.sources_lock:
+                        self.run.sources.append(source)  # closed with the pass
+                else:
+                    self.run.opening.give_back(source)  # a worker's, once the probe is done with it
+        except BaseException as e:  # raised in the pass's thread by settle
+            self.failed.append(e)
+
+    def settle(self, journals: list[str]) -> tuple[list[_Plan], list[_Plan]]:
+        """(plans, work) for the `journals` listed: those probed that are still there, then a plan for each journal
+        the state did not know (never probed: copied as new); the outcomes of journals gone are dropped."""
+        self.thread.join()
+        if self.failed:
+            raise self.failed[0]
+        listed = set(journals)
+        probed = {p.journal for p in self.plans}
+        for j in probed - listed:
+            self.run.outcomes.pop(j, None)
+        new = self.run.plan([j for j in journals if j not in probed])
+        plans = [p for p in self.plans if p.journal in listed] + new
+        work = [p for p in self.work if p.journal in listed] + new
+        if any(p.grown for p in work):  # as _Pass.probe: the journals found unchanged are looked at once more
+            again = {p.journal for p in work}
+            with self.run.took("probe"):
+                work += _probe(self.run.lister, [p for p in plans if p.journal not in again], self.run.outcomes)
+        return plans, work
+
+
 class _Opening:
     """Sources opened ahead for a pass's workers, each in a thread of its own; `take` gives one (or makes one)."""
 
@@ -668,6 +728,13 @@ class _Opening:
         with self._lock:
             ahead = self._futures.pop(0) if self._futures else None
         return ahead.result() if ahead is not None else self._make()
+
+    def give_back(self, source: Source) -> None:
+        """A source taken and no longer used, for the next `take` (closed by `close` if none takes it)."""
+        done: Future[Source] = Future()
+        done.set_result(source)
+        with self._lock:
+            self._futures.insert(0, done)
 
     def close(self) -> None:
         """Close the sources opened ahead and not taken (waiting for those still opening)."""

@@ -102,10 +102,10 @@ def copy_cmd(
 
         destinations = Destinations(open_journals())
         if not origin.is_local:  # the hub journals the last run copied into, opened while the connection opens
-            destinations.open_ahead(_hub_dirs(dst, cid, state, opening.failed))
+            destinations.open_ahead(_hub_dirs(dst, cid, state, opening.done))  # the rest: opened by their copies
         with opening.sources() as sources:
-            outcomes = _run(sources, dst, cid, reader_name, workers, threading.Event(), on_skip, state,
-                            destinations)  # fmt: skip
+            outcomes = _run(opening.make_source(sources), dst, cid, reader_name, workers, threading.Event(), on_skip,
+                            state, destinations)  # fmt: skip
     finally:
         opening.close()
         if destinations is not None:
@@ -133,6 +133,7 @@ class _Opening:
 
     def __init__(self, origin: Origin) -> None:
         self._got: list[Sources] = []
+        self._first: list[Source] = []  # the pass's first Source (its lister: over SFTP, a channel), made here too
         self._failed: list[BaseException] = []
         self._closed = False
         self._lock = threading.Lock()
@@ -149,6 +150,10 @@ class _Opening:
         except BaseException as e:  # raised in the caller's thread by sources()
             self._failed.append(e)
             return
+        try:
+            self._first.append(got())
+        except Exception:  # noqa: S110 - the pass makes its own, and reports what this one raised
+            pass
         with self._lock:
             closed = self._closed
             if not closed:
@@ -156,9 +161,9 @@ class _Opening:
         if closed:  # the command failed meanwhile
             got.close()
 
-    def failed(self) -> bool:
-        """Whether opening the Sources failed (sources() raises why)."""
-        return bool(self._failed)
+    def done(self) -> bool:
+        """Whether the Sources are open, or failed to open (sources() raises why)."""
+        return self._thread is None or not self._thread.is_alive()
 
     def sources(self) -> Sources:
         """The Sources, once open (the caller closes them); what opening them raised."""
@@ -168,6 +173,14 @@ class _Opening:
             raise self._failed[0]
         with self._lock:
             return self._got.pop()
+
+    def make_source(self, sources: Sources) -> Callable[[], Source]:
+        """copy_all's `make_source`: the Source made with the connection first, then new ones."""
+
+        def make() -> Source:
+            return self._first.pop() if self._first else sources()
+
+        return make
 
     def close(self) -> None:
         """Close the Sources if opened, or when they are (not waiting for them)."""
