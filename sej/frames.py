@@ -169,6 +169,7 @@ FRAME_STRUCTS_MAX = 8192
 """Sizes remembered at most in each (about 0.5 KiB each); the next new one clears that one."""
 
 _held = [0, 0]  # entries in FRAME_STRUCTS, in BATCH_STRUCTS
+_key_sizes: tuple[set[int], set[int]] = (set(), set())  # the key sizes they hold entries for
 
 
 def frame_struct(ks: int, vs: int, batch: bool = False) -> tuple[struct.Struct, int]:
@@ -180,19 +181,24 @@ def frame_struct(ks: int, vs: int, batch: bool = False) -> tuple[struct.Struct, 
     entry = (struct.Struct((BATCH_FORMAT if batch else FRAME_FORMAT).format(ks=ks, vs=vs)), OVERHEAD + ks + vs)
     if 0 <= ks <= MAX_KEY:
         structs = BATCH_STRUCTS if batch else FRAME_STRUCTS
+        key_sizes = _key_sizes[batch]
         if _held[batch] >= FRAME_STRUCTS_MAX:
-            for by_value in structs:
-                by_value.clear()
+            for k in key_sizes:  # not all 128: a cache that never hits clears at every new size
+                structs[k].clear()
+            key_sizes.clear()
             _held[batch] = 0
         structs[ks][vs] = entry
         _held[batch] += 1
+        key_sizes.add(ks)
     return entry
 
 
 def clear_frame_structs() -> None:
     """Forget every struct in FRAME_STRUCTS and BATCH_STRUCTS."""
-    for by_value in (*FRAME_STRUCTS, *BATCH_STRUCTS):
-        by_value.clear()
+    for structs, key_sizes in ((FRAME_STRUCTS, _key_sizes[0]), (BATCH_STRUCTS, _key_sizes[1])):
+        for k in key_sizes:
+            structs[k].clear()
+        key_sizes.clear()
     _held[:] = [0, 0]
 
 
