@@ -357,12 +357,12 @@ class Connection:
             return body if base == 0 else _MISS
         if base > skip:
             return _MISS
-        got = head + body[skip - base :]
+        answer = head + body[skip - base :]
         cut = len(body) - KEEP_TAIL  # the next read starts from this one's last whole record, or after it
         if cut > 0 and base + cut > SUM_HEADER.size:
             self._kept -= cut
             self._sums[key] = (base + cut, head, body[cut:])
-        return got
+        return answer
 
     def learn(self, calls: list[Call], results: list[Any]) -> None:
         """Keep the end of what reads from the server returned (joined to what was pushed since), for the next pass's
