@@ -48,9 +48,10 @@ def test_open_ahead_keeps_the_hub_journals_open_for_the_copies_and_skips_what_it
         busy.close()
 
 
-def test_sej_copy_runs_again_over_the_journals_it_opened_ahead(sshd, tmp_path) -> None:
-    """The second and third runs have a state: they open its hub journals while connecting. A journal its writer
-    holds at the hub cannot be opened ahead, and its copy reports why; the others are copied all the same."""
+def test_sej_copy_runs_again_with_a_state_and_a_hub_journal_held_by_another_writer(sshd, tmp_path) -> None:
+    """The second and third runs have a state (the hub journals it knows are opened ahead if connecting takes longer
+    than FAR_AFTER, as sej serve's start can here). A hub journal another writer holds can neither be opened ahead
+    nor copied into, and its copy reports why; the others are copied all the same, and the next run copies it."""
     src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
     produce(src, 400)
     env = dict(os.environ, PYTHONPATH=str(REPO), XDG_CACHE_HOME=str(tmp_path / "cache"))
@@ -101,15 +102,16 @@ def test_a_match_exec_line_in_the_ssh_config_still_runs_its_command(sshd, tmp_pa
 
 
 def test_a_far_sej_copy_probes_while_it_lists_and_settles_journals_gone_and_new(sshd, tmp_path: Path) -> None:
-    """Through a link of +20 ms, a `sej copy` with a state probes the journals the state knows while it lists the
-    root (over SFTP on a worker's channel, over sej serve on the same stream). A journal gone since is not reported,
-    a new one is copied whole, the others get what they gained: the hub is the producer's copy, over both."""
+    """Through a link of +60 ms, a `sej copy` with a state opens the hub journals it knows while it connects (the
+    connection takes longer than FAR_AFTER) and probes them while it lists the root (over SFTP on a worker's channel,
+    over sej serve on the same stream). A journal gone since is not reported, a new one is copied whole, the others
+    get what they gained: the hub is the producer's copy, over both."""
     from testing.wan import Wan
 
     src, cache = tmp_path / "src", tmp_path / "cache"
     produce(str(src), 200)
     env = dict(os.environ, PYTHONPATH=str(REPO), XDG_CACHE_HOME=str(cache))
-    with Wan(sshd.port, rtt=0.020) as wan:
+    with Wan(sshd.port, rtt=0.060) as wan:
         known = tmp_path / "known_hosts_wan"
         known.write_text(f"[127.0.0.1]:{wan.port} {sshd.host_key}\n")
 
