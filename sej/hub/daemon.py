@@ -74,6 +74,12 @@ SUMMARY_INTERVAL = 60.0
 SUPERVISE_INTERVAL = 0.1
 """How often `run_forever`'s calling thread looks at `stop` (it never waits on it: see run_forever)."""
 
+IDLE_EVERY = 1.0
+"""Over sej serve, seconds between two passes at most while nothing is pushed, the last pass went well and the pushed
+state answers every call of the next (serve_source.Connection.settled_for): such a pass would find nothing new, and
+over a thousand journals it costs the hub tens of ms of CPU (five a second at poll_interval 0.2), which a push's pass
+then waited for. Passes still come every poll_interval after a push, and when a deferred commit comes due."""
+
 LOCK_NAME = HUB_LOCK
 """The lock file in hub_root that one hub process (sej-hub, or a cron run) holds at a time."""
 
@@ -615,11 +621,29 @@ class _Client:
                            extra=fields)  # fmt: skip
         return report
 
-    def wait(self, stop: threading.Event, delay: float) -> None:
+    def quiet_for(self, now: float) -> float:
+        """Seconds more the next pass may wait while nothing is pushed (IDLE_EVERY at most): as long as the pushed
+        state answers every call (none over SFTP, a local root, or sej serve without a trusted whole state) and no
+        deferred commit comes due."""
+        settled = getattr(getattr(self.remote, "_make", None), "settled_for", None) if self.pushes else None
+        if settled is None:
+            return 0.0
+        quiet = min(IDLE_EVERY, float(settled()))
+        interval = self.state.commit_interval
+        for j in self.state.pending:  # when each comes due (CopyState._is_due)
+            last = self.state.commit_due.get(j)
+            quiet = min(quiet, 0.0 if last is None else last[0] + interval * last[1] - now)
+        return max(0.0, quiet)
+
+    def wait(self, stop: threading.Event, delay: float, quiet: bool = False) -> None:
         """Wait `delay` seconds before the next pass, less if `stop` is set, the producer pushes a change, or the
         connection is lost (a keepalive found the producer silent: sej.hub.ssh.KEEPALIVE_DEAD). The loss is
-        reported at once and the next pass reconnects."""
+        reported at once and the next pass reconnects. `quiet` (the last pass went well): while nothing is pushed,
+        up to `quiet_for` more."""
         end = time.monotonic() + delay
+        if quiet:
+            end += self.quiet_for(end)
+            delay = end - time.monotonic()
         for _ in range(int(delay / SUPERVISE_INTERVAL) + 2):  # stop is polled (a signal handler may set it)
             left = end - time.monotonic()
             if left <= 0 or stop.is_set() or self.pushed.wait(min(left, SUPERVISE_INTERVAL)):
@@ -821,7 +845,7 @@ class Hub:
                 client.failures = 0
                 # Passes start every poll_interval: after a long pass (much to copy), the next starts at once.
                 delay = max(0.0, cfg.poll_interval - (time.monotonic() - started))
-            client.wait(stop, delay)
+            client.wait(stop, delay, quiet=report.ok and report.complete)
         client.commit_later = False  # from now on every commit is waited for
         client.check_commits(wait=STOP_TIMEOUT)  # those still under way: made before the connection is closed
         client.commit_pending(stop)

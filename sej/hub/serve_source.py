@@ -395,29 +395,42 @@ class Connection:
             if refresh:
                 self._refresh_asked = now
             out: dict[int, Any] = {}
-            if self._data or self._sums:
-                for i, (method, *args) in enumerate(calls):
-                    if method in ("read", "read_sums"):
+            pushed = bool(self._data or self._sums)
+            trusted = age < STATE_TRUST
+            for i, (method, *args) in enumerate(calls):  # one look at each: a probe asks a thousand sizes
+                if method == "size":
+                    segs = state.get(args[0]) if trusted else None
+                    if segs is not None:
+                        name = args[1]
+                        out[i] = None
+                        for _first, seg, size in segs:
+                            if seg == name:
+                                out[i] = size
+                                break
+                elif method in ("read", "read_sums"):
+                    if pushed:
                         got = self._take(method, args)
                         if got is not _MISS:
                             out[i] = got
-            if age < STATE_TRUST:
-                for i, (method, *args) in enumerate(calls):
-                    if method in ("read", "read_sums"):
-                        continue
-                    if method == "journals":
-                        out[i] = (sorted(state), dict(self.state_skipped))
-                        continue
-                    segs = state.get(args[0]) if method in ("segments", "size") else None
-                    if segs is None:
-                        continue  # not a call the state answers, or a journal it does not know
-                    if method == "segments":
+                elif not trusted:
+                    continue
+                elif method == "journals":
+                    out[i] = (sorted(state), dict(self.state_skipped))
+                elif method == "segments":
+                    segs = state.get(args[0])
+                    if segs is not None:  # else a journal the state does not know
                         out[i] = list(segs)
-                    else:
-                        out[i] = next((size for _first, name, size in segs if name == args[1]), None)
         if refresh and self.on_changed is not None:
             self.watch(self.on_changed)
         return out
+
+    def settled_for(self) -> float:
+        """Seconds more the pushed state answers a pass's listing and probe without asking (and before a pass asks
+        for a new whole state): 0 without a whole state (version 1, a CHANGED, not come yet) or on a failed stream."""
+        with self._cond:
+            if self.state is None or self.failed is not None:
+                return 0.0
+            return max(0.0, self.state_at + STATE_TRUST / 2 - time.monotonic())
 
     def _call(self, call_id: int) -> _Call:
         with self._cond:
@@ -690,6 +703,10 @@ class ServeSources:
                 if self._on_changed is not None:
                     self.conn.watch(self._on_changed)
             return ServeSource(self.conn, self.label)
+
+    def settled_for(self) -> float:
+        """Connection.settled_for of the current connection (0 once it failed)."""
+        return self.conn.settled_for()
 
     def watch(self, on_changed: Callable[[list[str]], None]) -> None:
         """Push, not poll: `on_changed(journals)` hears of changes on the producer as they happen, over this
