@@ -14,7 +14,9 @@ which only checks them, checks such runs field by field, all their frames at onc
 from __future__ import annotations
 
 import functools
+import os
 import struct
+import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -170,6 +172,17 @@ FRAME_STRUCTS_MAX = 8192
 
 _held = [0, 0]  # entries in FRAME_STRUCTS, in BATCH_STRUCTS
 _key_sizes: tuple[set[int], set[int]] = (set(), set())  # the key sizes they hold entries for
+# Writers in several threads miss at once: a clear iterating _key_sizes while another thread adds to it raised
+# "Set changed size during iteration" out of a valid append. Hits take no lock (one dict lookup is atomic).
+_structs_lock = threading.Lock()
+
+
+def _new_lock_in_child() -> None:
+    global _structs_lock  # pylint: disable=global-statement
+    _structs_lock = threading.Lock()  # a fork while another thread held it must not leave it held forever
+
+
+os.register_at_fork(after_in_child=_new_lock_in_child)
 
 
 def frame_struct(ks: int, vs: int, batch: bool = False) -> tuple[struct.Struct, int]:
@@ -182,24 +195,26 @@ def frame_struct(ks: int, vs: int, batch: bool = False) -> tuple[struct.Struct, 
     if 0 <= ks <= MAX_KEY:
         structs = BATCH_STRUCTS if batch else FRAME_STRUCTS
         key_sizes = _key_sizes[batch]
-        if _held[batch] >= FRAME_STRUCTS_MAX:
-            for k in key_sizes:  # not all 128: a cache that never hits clears at every new size
-                structs[k].clear()
-            key_sizes.clear()
-            _held[batch] = 0
-        structs[ks][vs] = entry
-        _held[batch] += 1
-        key_sizes.add(ks)
+        with _structs_lock:
+            if _held[batch] >= FRAME_STRUCTS_MAX:
+                for k in key_sizes:  # not all 128: a cache that never hits clears at every new size
+                    structs[k].clear()
+                key_sizes.clear()
+                _held[batch] = 0
+            structs[ks][vs] = entry
+            _held[batch] += 1
+            key_sizes.add(ks)
     return entry
 
 
 def clear_frame_structs() -> None:
     """Forget every struct in FRAME_STRUCTS and BATCH_STRUCTS."""
-    for structs, key_sizes in ((FRAME_STRUCTS, _key_sizes[0]), (BATCH_STRUCTS, _key_sizes[1])):
-        for k in key_sizes:
-            structs[k].clear()
-        key_sizes.clear()
-    _held[:] = [0, 0]
+    with _structs_lock:
+        for structs, key_sizes in ((FRAME_STRUCTS, _key_sizes[0]), (BATCH_STRUCTS, _key_sizes[1])):
+            for k in key_sizes:
+                structs[k].clear()
+            key_sizes.clear()
+        _held[:] = [0, 0]
 
 
 CHECK_FORMAT = ">Qqxb{ks}xi{vs}xi"

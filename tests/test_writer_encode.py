@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import sys
 import tempfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -118,6 +120,43 @@ def test_a_cleared_struct_cache_changes_no_byte(jdir: str, few_structs: None) ->
     assert sum(map(len, frames.FRAME_STRUCTS)) <= 3 and sum(map(len, frames.BATCH_STRUCTS)) <= 3
     ref = b"".join(encode(i, 1, typ if i < 10 else 0, k, bytes(v)) for i, (k, v, typ) in enumerate(msgs))
     assert _journal_bytes(jdir) == ref
+
+
+def test_writers_in_threads_missing_the_struct_cache_at_once_append_every_message(tmp_path, monkeypatch) -> None:
+    # A clear iterated the shared set of key sizes while another thread added to it: "Set changed size during
+    # iteration" raised out of a valid append (and append_many had written part of its batch). Four threads,
+    # each with its own writer, miss again and again (a cache of 64 over 128 key sizes, cleared while up to 64 key
+    # sizes are iterated); the barrier makes them start together and a short switch interval interleaves them.
+    monkeypatch.setattr(frames, "FRAME_STRUCTS_MAX", 64)
+    n, per = 4, 5000
+    barrier = threading.Barrier(n)
+    errors: list[BaseException] = []
+
+    def run(t: int) -> None:
+        rng = random.Random(t)
+        try:
+            with sej.Writer(str(tmp_path / f"j{t}")) as w:
+                barrier.wait(timeout=60)
+                for i in range(per):
+                    w.append(b"v" * rng.randrange(2000), key=b"k" * rng.randrange(128), timestamp=i)
+                    if i % 50 == 0:
+                        w.append_many([b"x" * rng.randrange(300) for _ in range(5)], keys=[b"y" * (i % 128)] * 5)
+        except BaseException as e:  # pylint: disable=broad-exception-caught
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in range(n)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == []
+    for t in range(n):
+        assert sej.next_offset(str(tmp_path / f"j{t}")) == per + 5 * len(range(0, per, 50))
 
 
 def test_a_key_too_long_is_refused_whatever_the_cache_holds(jdir: str) -> None:
