@@ -5,6 +5,7 @@ when due, and over SFTP the passes still come every poll_interval."""
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -23,9 +24,18 @@ from .test_hub_copy import assert_identical, produce
 from .test_hub_serve import SERVE
 
 
+class _Run:
+    """A running Hub's passes: when each ended, and its report."""
+
+    def __init__(self, hub: Hub) -> None:
+        self.hub = hub
+        self.passes: list[float] = []
+        self.reports: list[ClientReport] = []
+
+
 @contextmanager
-def _running(sshd: Any, src: Path, hub: Path, transport: str, **top: float) -> Iterator[list[float]]:
-    """sej-hub's run_forever over `transport`; the times its passes ended."""
+def _running(sshd: Any, src: Path, hub: Path, transport: str, **top: float) -> Iterator[_Run]:
+    """sej-hub's run_forever over `transport`."""
     extra = "".join(f"{k} = {v}\n" for k, v in top.items())
     config = loads_config(
         f'hub_root = "{hub}"\n{extra}[[client]]\nclient_id = "c1"\n'
@@ -33,18 +43,19 @@ def _running(sshd: Any, src: Path, hub: Path, transport: str, **top: float) -> I
         f'known_hosts = "{sshd.known_hosts}"\nremote_root = "{src}"\ntransport = "{transport}"\n'
         f'serve_command = "{SERVE}"\n'
     )
-    passes: list[float] = []
-
-    def on_report(report: ClientReport) -> None:
-        assert report.ok, report.failures()
-        passes.append(time.monotonic())
-
     stop = threading.Event()
     with Hub(config, records=False) as h:
+        run = _Run(h)
+
+        def on_report(report: ClientReport) -> None:
+            assert report.ok, report.failures()
+            run.reports.append(report)
+            run.passes.append(time.monotonic())
+
         t = threading.Thread(target=h.run_forever, args=(stop, on_report), daemon=True)
         t.start()
         try:
-            yield passes
+            yield run
         finally:
             stop.set()
             t.join(scaled(30))
@@ -66,7 +77,8 @@ def test_no_pass_every_poll_while_nothing_is_pushed_and_a_push_still_starts_one(
     src, hub = tmp_path / "src", tmp_path / "hub"
     produce(str(src), 100)
     journals = sorted(os.listdir(src))
-    with _running(sshd, src, hub, "serve", poll_interval=0.05, commit_interval=1.5) as passes:
+    with _running(sshd, src, hub, "serve", poll_interval=0.05, commit_interval=1.5) as run:
+        passes = run.passes
         wait_until(lambda: all(_at_hub(hub, j) == sej.next_offset(str(src / j)) for j in journals), scaled(30),
                    "the first copy")  # fmt: skip
         # Every poll (0.05 s) would be 40 passes in 2 s; one each IDLE_EVERY is 4, and a deferred commit's.
@@ -91,7 +103,8 @@ def test_over_sftp_the_passes_still_come_every_poll(sshd, tmp_path, monkeypatch)
     src, hub = tmp_path / "src", tmp_path / "hub"
     produce(str(src), 50)
     j = sorted(os.listdir(src))[0]
-    with _running(sshd, src, hub, "sftp", poll_interval=0.05) as passes:
+    with _running(sshd, src, hub, "sftp", poll_interval=0.05) as run:
+        passes = run.passes
         wait_until(lambda: _at_hub(hub, j) == sej.next_offset(str(src / j)), scaled(30), "the first copy")
         seen = len(passes)
         wait_until(lambda: len(passes) > seen + 3, scaled(20), "passes every poll_interval")
@@ -99,3 +112,43 @@ def test_over_sftp_the_passes_still_come_every_poll(sshd, tmp_path, monkeypatch)
             w.append(b"polled")
         want = sej.next_offset(str(src / j))
         wait_until(lambda: _at_hub(hub, j) == want, scaled(20), "the append, found by a pass")
+
+
+def test_a_push_starts_a_pass_over_the_journals_pushed_only(sshd, tmp_path, monkeypatch) -> None:
+    """Between passes over every journal (FULL_EVERY), a pass a push started looks at the journals pushed since the
+    last one: it copies them, drops a journal removed, and still commits the deferred offsets that come due meanwhile,
+    of journals no longer pushed; the other journals stay known (and in the status)."""
+    monkeypatch.setattr(daemon, "FULL_EVERY", 3600.0)
+    monkeypatch.setattr(daemon, "IDLE_EVERY", 3600.0)
+    src, hub = tmp_path / "src", tmp_path / "hub"
+    produce(str(src), 300)
+    journals = sorted(os.listdir(src))
+    a, b, gone = journals[0], journals[1], journals[2]
+    with _running(sshd, src, hub, "serve", poll_interval=0.05, commit_interval=1.0) as run:
+        passes, reports, state = run.passes, run.reports, run.hub._clients[0].state
+        wait_until(lambda: all(_at_hub(hub, j) == sej.next_offset(str(src / j)) for j in journals), scaled(30),
+                   "the first copy")  # fmt: skip
+        seen = len(passes)
+        with sej.Writer(str(src / a), durability="flush") as w:  # its commit is deferred: committed a moment ago
+            w.append(b"a")
+        want_a = sej.next_offset(str(src / a))
+        wait_until(lambda: _at_hub(hub, a) == want_a, scaled(20), "a's append at the hub")
+        k = 0
+
+        def committed_a() -> bool:
+            nonlocal k
+            k += 1
+            with sej.Writer(str(src / b), durability="flush") as w:  # b is pushed and copied all along
+                w.append(b"b %d" % k)
+            return read_offset_file(str(src / a / "ofs" / "hub.ofs")) == want_a
+
+        wait_until(committed_a, scaled(30), "a's deferred commit, made by a pass over b")
+        shutil.rmtree(src / gone)
+        wait_until(lambda: any(r.named and not any(o.journal == gone for o in r.outcomes) for r in reports[seen:])
+                   and gone not in state.tails, scaled(20), "the removed journal forgotten")  # fmt: skip
+        named = [r for r in reports[seen:] if r.named]
+        assert named and all(len(r.outcomes) <= 3 for r in named), [len(r.outcomes) for r in named]
+        assert not any(r.complete for r in named)
+        want_b = sej.next_offset(str(src / b))
+        wait_until(lambda: _at_hub(hub, b) == want_b, scaled(20), "b's last append at the hub")
+    assert_identical(str(src), str(hub))

@@ -80,6 +80,15 @@ state answers every call of the next (serve_source.Connection.settled_for): such
 over a thousand journals it costs the hub tens of ms of CPU (five a second at poll_interval 0.2), which a push's pass
 then waited for. Passes still come every poll_interval after a push, and when a deferred commit comes due."""
 
+FULL_EVERY = 2.0
+"""Over sej serve, seconds between two passes over every journal at most while journals are pushed. In between, a pass
+that a push started looks only at the journals pushed since the last pass began (and those whose deferred commit is
+due): the others' pushed state has not changed since a pass found them copied, and planning and probing every one of
+a thousand journals cost each push's pass tens of ms of the hub's CPU."""
+
+_PER_JOURNAL = ("tails", "committed", "sums", "stalled", "pending", "commit_due", "swept")
+"""What a CopyState keeps per journal (a pass over some journals works on a CopyState of theirs: _Client.run_pass)."""
+
 LOCK_NAME = HUB_LOCK
 """The lock file in hub_root that one hub process (sej-hub, or a cron run) holds at a time."""
 
@@ -137,6 +146,7 @@ class ClientReport:
     seconds: float = 0.0
     complete: bool = False  # the pass saw every journal of the client (it was not stopped, nor failed as a whole)
     skipped: set[str] = field(default_factory=set)  # directories of the root the pass did not take for journals
+    named: bool = False  # the pass looked only at the journals pushed since the last one (see FULL_EVERY)
 
     @property
     def ok(self) -> bool:
@@ -231,9 +241,10 @@ class ClientLog(logging.LoggerAdapter):  # type: ignore[type-arg]
 class _Watched:
     """A Source whose calls the client's watchdog can see (how long each has been running)."""
 
-    def __init__(self, src: Source, client: _Client) -> None:
+    def __init__(self, src: Source, client: _Client, only: set[str] | None = None) -> None:
         self.src = src
         self.client = client
+        self.only = only  # the journals the pass looks at (None: all)
         # Every capability of the Source protocol, forwarded (a missing one, round_trip, kept far producers'
         # probes in two round trips).
         self.remote = src.remote
@@ -261,7 +272,9 @@ class _Watched:
 
     def journals(self) -> list[str]:
         with self.client.call():
-            return self.src.journals()
+            journals = self.src.journals()
+        only = self.only
+        return journals if only is None else [j for j in journals if j in only]
 
     def skipped(self) -> dict[str, str]:
         return self.src.skipped()
@@ -313,13 +326,14 @@ class _Watched:
 class _Kept(KeptOf):
     """The connection's kept sources (sej.hub.batch.KeptSources), watched."""
 
-    def __init__(self, sources: Sources, client: _Client) -> None:
+    def __init__(self, sources: Sources, client: _Client, only: set[str] | None = None) -> None:
         super().__init__(sources)
         self.client = client
+        self.only = only
 
     def __call__(self, k: int) -> Source:
         with self.client.call():  # opening a channel is a call to the producer
-            return _Watched(self.sources.kept(k), self.client)
+            return _Watched(self.sources.kept(k), self.client, self.only)
 
     def tidy(self) -> None:
         with self.client.call():
@@ -351,11 +365,16 @@ class _Client:
         self.attempted = threading.Event()  # the first connection attempt was made (or a local client's pass ran)
         self.pushed = threading.Event()  # the producer told of a change since the last pass began (sej serve)
         self.pushes = False  # it tells of them: the wait between passes ends at a push
+        self.forever = False  # run_forever's passes: those a push starts may look only at the journals pushed
+        self._named: set[str] | None = None  # the journals pushed since the last pass began; None: any may have changed
+        self._named_lock = threading.Lock()
+        self.full_at = -FULL_EVERY  # when the last pass over every journal began (time.monotonic())
         self.beat: float | None = None  # monotonic time run_pass_bounded last looked at its pass; None outside
         self.commit_later = False  # run_forever's: commits over sej serve are not waited for (_Watched.many)
         self._commits: list[tuple[str, int, Any]] = []  # those under way: (journal, hub offset, the call)
         self._commits_lock = threading.Lock()
         self.progress = time.monotonic()  # the last sign of progress of a pass: started, a call returned, bytes
+        self.last_ok = False  # the last pass went well (and was not stopped)
 
     @contextmanager
     def call(self) -> Iterator[None]:
@@ -485,7 +504,7 @@ class _Client:
                 self.log.error("client %s: %s", cid, err)
                 return ClientReport(cid, error=err, seconds=now - started)
 
-    def _sources(self) -> Callable[[], Source]:
+    def _sources(self, only: Callable[[], set[str] | None] = lambda: None) -> Callable[[], Source]:
         """The client's Sources, each call watched: local ones, or SFTP ones on the kept (or a new) connection."""
         origin = self.cfg.origin
         if origin.is_local:
@@ -505,7 +524,9 @@ class _Client:
                 finally:
                     self.attempted.set()
                 self.label = self.remote.label
-                self.pushes = self.remote.watch(lambda journals: self.pushed.set())
+                with self._named_lock:
+                    self._named = None  # a new connection: every journal is looked at
+                self.pushes = self.remote.watch(self._on_push)
                 self.connects += 1
                 if self.status is not None:  # at once, not at the end of a (long, catching up) pass
                     self.status.connected(self.cfg.client_id, True)
@@ -514,9 +535,31 @@ class _Client:
 
         def make() -> Source:
             with self.call():  # watched like every call: a hung filesystem or producer stalls it
-                return _Watched(sources(), self)
+                return _Watched(sources(), self, only())
 
         return make
+
+    def _on_push(self, journals: list[str]) -> None:
+        """The producer pushed a change of `journals` ([]: any may have changed)."""
+        with self._named_lock:
+            if not journals:
+                self._named = None
+            elif self._named is not None:
+                self._named.update(journals)
+        self.pushed.set()
+
+    def _take_named(self, now: float, last_ok: bool) -> set[str] | None:
+        """The journals the pass starting `now` looks at: those pushed since the last pass began, and those whose
+        deferred commit is due; None (every journal) unless over sej serve in run_forever with a pushed state that
+        answers every call, the last pass went well, a push named them all, and FULL_EVERY has not passed."""
+        with self._named_lock:
+            named, self._named = self._named, set()
+        settled = getattr(getattr(self.remote, "_make", None), "settled_for", None) if self.pushes else None
+        if (named is None or not named or settled is None or not self.forever or not last_ok
+                or now - self.full_at >= FULL_EVERY or settled() <= 0):  # fmt: skip
+            self.full_at = now
+            return None
+        return named | {j for j, _value in self.state.due(now)}
 
     def sent_commits(self, calls: list[Call], sent: list[Any]) -> None:
         """Commits sent without waiting (`sent`: each call's handle, `done` once answered, with its `error`)."""
@@ -563,21 +606,30 @@ class _Client:
         cid = self.cfg.client_id
         report = ClientReport(cid)
         started = time.monotonic()
+        named: set[str] | None = None
+        state = self.state
         try:
             self.check_commits()
-            make_source = self._sources()
+            make_source = self._sources(lambda: named)
+            named = self._take_named(started, self.last_ok)
+            if named is not None:  # its own CopyState, of those journals only: the pass forgets no other
+                state = _part(self.state, named)
+                report.named = True
 
             def on_skip(name: str, why: str) -> None:
                 report.skipped.add(name)
                 self._tell_skip(name, why)
 
-            kept = _Kept(self.remote, self) if self.remote is not None else None
-            report.outcomes = copy_all(make_source, self.hub.hub_root, cid, self.hub.hub_name, self.hub.workers, stop,
-                                       on_bytes=self._copied, on_skip=on_skip, state=self.state,
-                                       destinations=self.destinations,
-                                       kept=kept)  # fmt: skip
-            report.complete = not stop.is_set()
-            if not report.outcomes and not self.told_empty:
+            kept = _Kept(self.remote, self, named) if self.remote is not None else None
+            try:
+                report.outcomes = copy_all(make_source, self.hub.hub_root, cid, self.hub.hub_name, self.hub.workers,
+                                           stop, on_bytes=self._copied, on_skip=on_skip, state=state,
+                                           destinations=self.destinations, kept=kept)  # fmt: skip
+            finally:
+                if named is not None:
+                    _merge(self.state, state, named)
+            report.complete = not stop.is_set() and named is None
+            if not report.outcomes and not self.told_empty and named is None:
                 self.told_empty = True
                 self.log.warning("client %s: no journal found at %s", cid, self.label)
         except Exception as e:
@@ -592,6 +644,7 @@ class _Client:
             # producer's tree) is reported lost at once.
             self.disconnect(lost=report.connection_lost or not self.remote.alive())
         report.seconds = time.monotonic() - started
+        self.last_ok = report.ok and not stop.is_set()
         failed = len(report.failed_journals)
         fields = {"messages": report.messages, "bytes": report.bytes, "journals": len(report.outcomes),
                   "failed": failed, "seconds": round(report.seconds, 6)}  # fmt: skip
@@ -658,6 +711,8 @@ class _Client:
     def disconnect(self, lost: bool = False) -> None:
         """Close the client's connection; `lost`: it failed or was found dead (status and /health say so)."""
         self.pushes = False
+        with self._named_lock:
+            self._named = None
         remote, self.remote = self.remote, None
         if remote is not None and lost and self.status is not None:
             self.status.connected(self.cfg.client_id, False, lost=True)
@@ -666,6 +721,30 @@ class _Client:
                 remote.close()
             except Exception as e:  # closing a broken connection must not hide the reason it broke
                 self.log.debug("client %s: closing the connection: %s", self.cfg.client_id, e)
+
+
+def _part(state: CopyState, journals: set[str]) -> CopyState:
+    """A CopyState of `journals` only (what `state` knows of them), for a pass over them."""
+    part = CopyState()
+    part.commit_interval, part.sweep_every = state.commit_interval, state.sweep_every
+    for name in _PER_JOURNAL:
+        whole, mine = getattr(state, name), getattr(part, name)
+        for j in journals:
+            if j in whole:
+                mine[j] = whole[j]
+    return part
+
+
+def _merge(state: CopyState, part: CopyState, journals: set[str]) -> None:
+    """What a pass over `journals` learned (`part`, see _part), into `state`."""
+    for name in _PER_JOURNAL:
+        whole, mine = getattr(state, name), getattr(part, name)
+        for j in journals:
+            if j in mine:
+                whole[j] = mine[j]
+            else:
+                whole.pop(j, None)
+    state.changed |= part.changed
 
 
 class Hub:
@@ -766,6 +845,7 @@ class Hub:
         for c in self._clients:  # run_once commits every pass's offsets; passes after passes defer them
             c.state.commit_interval = cfg.commit_interval
             c.commit_later = True  # and, over sej serve, do not wait for them (_Watched.many)
+            c.forever = True
         threads = [
             threading.Thread(
                 target=self._loop, args=(c, stop, on_report), name=f"sej-hub-{c.cfg.client_id}", daemon=True
@@ -802,6 +882,7 @@ class Hub:
                 for c in self._clients:
                     c.state.commit_interval = 0.0  # a later run_once commits on every pass again
                     c.commit_later = False
+                    c.forever = False
                     self.status.connected(c.cfg.client_id, False)
                 self.status.write()
                 log.info("hub stopped")
@@ -845,7 +926,7 @@ class Hub:
                 client.failures = 0
                 # Passes start every poll_interval: after a long pass (much to copy), the next starts at once.
                 delay = max(0.0, cfg.poll_interval - (time.monotonic() - started))
-            client.wait(stop, delay, quiet=report.ok and report.complete)
+            client.wait(stop, delay, quiet=report.ok and (report.complete or report.named))
         client.commit_later = False  # from now on every commit is waited for
         client.check_commits(wait=STOP_TIMEOUT)  # those still under way: made before the connection is closed
         client.commit_pending(stop)
