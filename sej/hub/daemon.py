@@ -75,10 +75,10 @@ SUPERVISE_INTERVAL = 0.1
 """How often `run_forever`'s calling thread looks at `stop` (it never waits on it: see run_forever)."""
 
 IDLE_EVERY = 1.0
-"""Over sej serve, seconds between two passes at most while nothing is pushed, the last pass went well and the pushed
-state answers every call of the next (serve_source.Connection.settled_for): such a pass would find nothing new, and
-over a thousand journals it costs the hub tens of ms of CPU (five a second at poll_interval 0.2), which a push's pass
-then waited for. Passes still come every poll_interval after a push, and when a deferred commit comes due."""
+"""Over sej serve, seconds between two passes (poll_interval, if longer) while nothing is pushed, the last pass went
+well and the pushed state answers every call of the next (serve_source.Connection.settled_for): such a pass would
+find nothing new, and over a thousand journals it costs the hub tens of ms of CPU (five a second at poll_interval
+0.2), which a push's pass then waited for. A push still starts a pass at once, and a deferred commit due one."""
 
 FULL_EVERY = 2.0
 """Over sej serve, seconds between two passes over every journal at most while journals are pushed. In between, a pass
@@ -692,11 +692,12 @@ class _Client:
         """Wait `delay` seconds before the next pass, less if `stop` is set, the producer pushes a change, or the
         connection is lost (a keepalive found the producer silent: sej.hub.ssh.KEEPALIVE_DEAD). The loss is
         reported at once and the next pass reconnects. `quiet` (the last pass went well): while nothing is pushed,
-        up to `quiet_for` more."""
-        end = time.monotonic() + delay
-        if quiet:
-            end += self.quiet_for(end)
-            delay = end - time.monotonic()
+        up to `quiet_for` seconds from now if that is longer."""
+        now = time.monotonic()
+        end = now + delay
+        if quiet:  # never later than poll_interval
+            end = max(end, now + self.quiet_for(now))
+            delay = end - now
         for _ in range(int(delay / SUPERVISE_INTERVAL) + 2):  # stop is polled (a signal handler may set it)
             left = end - time.monotonic()
             if left <= 0 or stop.is_set() or self.pushed.wait(min(left, SUPERVISE_INTERVAL)):
