@@ -64,7 +64,7 @@ def test_a_push_carries_what_the_files_hold_and_leaves_nothing_open(tmp_path) ->
     with sej.Writer(str(root / j), durability="flush") as w:
         w.append(b"more")
     _entries, _gone, pushed = _push(session, [j])
-    ((_j, name, start, data, _skip, _sums),) = pushed
+    ((_j, name, start, data, _skip, _sums, _check),) = pushed
     assert start == old and data == (root / j / "jnl" / name).read_bytes()[old:]
     assert _open_fds() == fds
 

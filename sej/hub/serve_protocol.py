@@ -22,12 +22,15 @@ Every body is a msgpack array whose first item is its kind:
                                                           server -> hub (version 2): the segments of the journals
                                                           that changed, listed after they changed (None: ask);
                                                           `full`: every journal (the first of `more` frames)
-    [STATE, ..., more, [[journal, segment, start, bytes, sums skip, sums | None], ...]]
+    [STATE, ..., more, [[journal, segment, start, bytes, sums skip, sums | None, check], ...]]
                                                           version 3: the same, and the new bytes themselves
                                                           (read after the listing, as `read(journal, segment,
                                                           start, len(bytes))` would answer) with the checksum
                                                           file (as `read_sums(journal, segment, skip)`), so that
-                                                          the hub copies an append without a round trip
+                                                          the hub copies an append without a round trip;
+                                                          check = [window, xxh3_64 of the window's bytes before
+                                                          start, st_dev, st_ino] (the same read: what the hub
+                                                          joins them to must match; absent: joined to nothing)
 
 Calls are pipelined: the hub sends as many as it likes, the server answers each in turn. The hub
 speaks first, so that a peer which is not `sej serve` (a shell saying `sej: not found`, an
@@ -64,6 +67,11 @@ that grew more is read by the hub, as over version 2."""
 PUSH_FRAME = 8 << 20
 """Bytes of segments and checksum files in one STATE frame at most (version 3): with its listing, well inside
 MAX_FRAME."""
+
+PUSH_WINDOW = 8 << 10
+"""Bytes before a push's start whose hash the push carries (version 3; twice sej.hub.copy.CHECK_WINDOW, which the
+copy compares before its end): the hub joins the new bytes only to kept bytes that match them, and keeps no more of
+what it had than that window (see `check` in Pushed)."""
 
 STATE_ENTRIES = 20_000
 """Journals in one STATE frame at most (a full state of more goes in several, `more` set on all but the last)."""
@@ -358,9 +366,14 @@ State = dict[str, list[tuple[int, str, int]] | None]
 """What a STATE tells: each journal's segments as (first offset, name, size), sorted; None: ask the server."""
 
 
-Pushed = tuple[str, str, int, bytes, int, bytes | None]
-"""New bytes a STATE carries (version 3): (journal, segment, start, bytes, sums skip, sums): what `read(journal,
-segment, start, len(bytes))` and `read_sums(journal, segment, skip)` would have answered, read after the listing."""
+Check = tuple[int, int, int, int]
+"""What vouches for the bytes a hub kept before a push's start: (window, xxh3_64 of the segment's `window` bytes before
+the start, st_dev, st_ino of the segment), from the same read of the file as the pushed bytes."""
+
+Pushed = tuple[str, str, int, bytes, int, bytes | None, Check | None]
+"""New bytes a STATE carries (version 3): (journal, segment, start, bytes, sums skip, sums, check): what `read(journal,
+segment, start, len(bytes))` and `read_sums(journal, segment, skip)` would have answered, read after the listing, and
+the Check of the bytes before them (None: from a server that sends none; the hub then joins them to nothing kept)."""
 
 
 def state(full: bool, entries: list[tuple[str, list[tuple[str, int]] | None]], gone: list[str],
@@ -368,7 +381,8 @@ def state(full: bool, entries: list[tuple[str, list[tuple[str, int]] | None]], g
     """A STATE; with `pushed` (a list, maybe empty: version 3) the new bytes too."""
     msg = [STATE, full, [[j, None if segs is None else [list(s) for s in segs]] for j, segs in entries], gone,
            skipped, more]  # fmt: skip
-    return msg if pushed is None else [*msg, [list(p) for p in pushed]]
+    return msg if pushed is None else [*msg, [[*p[:6], *([list(p[6])] if p[6:] and p[6] is not None else [])]
+                                              for p in pushed]]  # fmt: skip
 
 
 def parse_state(msg: list[Any], version: int = 2) -> tuple[bool, State, list[str], dict[str, str], bool, list[Pushed]]:
@@ -413,10 +427,10 @@ def _pushed(items: Any) -> list[Pushed]:
     seen: set[tuple[str, str]] = set()
     total = 0
     for item in items:
-        if not isinstance(item, list) or len(item) != 6:
-            raise ProtocolError(f"a state's new bytes that are not [journal, segment, start, bytes, sums skip, sums]: "
-                                f"{_show(item)}")  # fmt: skip
-        journal, segment, start, data, skip, sums = item
+        if not isinstance(item, list) or len(item) not in (6, 7):
+            raise ProtocolError(f"a state's new bytes that are not [journal, segment, start, bytes, sums skip, sums, "
+                                f"check]: {_show(item)}")  # fmt: skip
+        journal, segment, start, data, skip, sums = item[:6]
         journal = _journal(journal)
         try:
             check_segment_name(_text(segment, "a segment name", MAX_NAME))
@@ -432,8 +446,22 @@ def _pushed(items: Any) -> list[Pushed]:
         total += size
         if per[journal] > PUSH_JOURNAL or total > PUSH_FRAME:
             raise ProtocolError(f"a state's new bytes: more than {PUSH_JOURNAL} for {journal} or {PUSH_FRAME} in all")
-        out.append((journal, segment, _u64(start, "a pushed start"), data, _u64(skip, "a pushed sums skip"), sums))
+        start = _u64(start, "a pushed start")
+        check = _check(item[6], start, f"{journal}/{segment}") if len(item) == 7 else None
+        out.append((journal, segment, start, data, _u64(skip, "a pushed sums skip"), sums, check))
     return out
+
+
+def _check(value: Any, start: int, what: str) -> Check:
+    """A pushed Check: four integers, its window at most PUSH_WINDOW and within the segment before `start`."""
+    if not isinstance(value, list) or len(value) != 4:
+        raise ProtocolError(f"a state's new bytes of {what}: a check that is not [window, hash, dev, ino]: "
+                            f"{_show(value)}")  # fmt: skip
+    window, digest, dev, ino = (_u64(v, f"a pushed check of {what}") for v in value)
+    if window > min(start, PUSH_WINDOW):
+        raise ProtocolError(f"a state's new bytes of {what}: a check of {window} bytes before {start} (at most "
+                            f"{PUSH_WINDOW})")  # fmt: skip
+    return window, digest, dev, ino
 
 
 def result_limit(method: str, args: list[Any]) -> int:

@@ -19,10 +19,13 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
+import xxhash
+
 from ..checksum import HEADER as SUM_HEADER
+from ..checksum import RECORD as SUM_RECORD
 from ..errors import CorruptionError, InvalidArgumentError, ProtocolError, SejError, UnsafeFileError
-from ..fsutil import open_dir
-from ..layout import INDEX_DIR, check_reader_name, sum_name
+from ..fsutil import open_dir, open_regular
+from ..layout import INDEX_DIR, SEGMENT_DIR, check_reader_name, segment_name, sum_name
 from . import serve_protocol as wire
 from .local_source import LocalSource
 from .names import check_journal_name, check_segment_name
@@ -338,8 +341,10 @@ class Session:
         step = wire.STATE_ENTRIES
         chunks = [entries[k : k + step] for k in range(0, len(entries), step)] or [[]]
         empty: list[wire.Pushed] | None = [] if self.version >= 3 else None
-        for k, chunk in enumerate(chunks):
-            yield wire.encode(wire.state(k == 0, chunk, [], skipped if k == 0 else {}, k < len(chunks) - 1, empty))
+        # Its frames in one piece, sent at once: a burst's (sent by another thread) between them would end the
+        # whole state the hub is putting together (`more` false), which it would then trust.
+        yield b"".join(wire.encode(wire.state(k == 0, chunk, [], skipped if k == 0 else {}, k < len(chunks) - 1,
+                                              empty)) for k, chunk in enumerate(chunks))  # fmt: skip
         again = [j for j, at in listed_at.items() if self._pushed_at.get(j, 0.0) > at]
         if again:
             yield from self._changed_state(source, again)
@@ -418,18 +423,40 @@ class Session:
                 want = end - start
                 if sums_size is not None:
                     want += sums_size - skip + (SUM_HEADER.size if skip else 0)
-                now[name] = (end, sums_size or 0)
                 if size + want > wire.PUSH_JOURNAL or total + size + want > wire.PUSH_FRAME:
                     return [], 0  # too much: the hub reads it all
-                data = source.read(j, name, start, end - start)
+                # One read from the window before `start` on: the hub joins the new bytes to what it kept only if
+                # that window matches what the file holds now (the file cut and written again, or another file).
+                back = min(start, wire.PUSH_WINDOW)
+                raw, dev, ino = self._read(source, j, name, start - back, end - start + back)
+                if len(raw) < back:
+                    return [], 0  # cut since the listing: the hub reads
+                data = raw[back:]
                 sums = source.read_sums(j, name, skip)
+                sums_end = 0
+                if sums is not None:  # only the records of bytes listed: those past wait for their listing
+                    sums = _sums_upto(sums, end)
+                    sums_end = (skip or SUM_HEADER.size) + len(sums) - SUM_HEADER.size
+                now[name] = (end, sums_end)
                 size += len(data) + (len(sums) if sums is not None else 0)
                 if size > wire.PUSH_JOURNAL or total + size > wire.PUSH_FRAME:  # grew since
                     return [], 0
-                mine.append((j, name, start, data, skip, sums))
+                check = (back, xxhash.xxh3_64_intdigest(raw[:back]), dev, ino)
+                mine.append((j, name, start, data, skip, sums, check))
         except (SejError, OSError):  # the hub's reads hear the error themselves
             return [], 0
         return mine, size
+
+    def _read(self, source: Any, journal: str, name: str, pos: int, size: int) -> tuple[bytes, int, int]:
+        """`read(journal, name, pos, size)` as LocalSource answers it, and the file's st_dev and st_ino."""
+        seg = segment_name(check_segment_name(name))
+        with source._dir(journal, SEGMENT_DIR) as d:
+            fd = open_regular(seg, dir_fd=d, show=os.path.join(self.source_root, journal, SEGMENT_DIR, seg))
+        try:
+            st = os.fstat(fd)
+            return os.pread(fd, size, pos), st.st_dev, st.st_ino
+        finally:
+            os.close(fd)
 
     @staticmethod
     def _sums_size(source: Any, journal: str, name: str) -> int | None:
@@ -468,6 +495,20 @@ class Session:
         if method == "segments":
             return [[s.name, s.size] for s in got]
         return got
+
+
+def _sums_upto(sums: bytes, end: int) -> bytes:
+    """`sums` (a checksum file's header, then its records from a record's start) up to its last whole record that
+    covers bytes up to `end` at most: records past a segment's listed size are for bytes written since (the copy
+    takes them for corrupt ones, sej.hub.copy._SumCheck.at_end)."""
+    head = SUM_HEADER.size
+    if len(sums) < head:
+        return sums
+    n = (len(sums) - head) // SUM_RECORD.size
+    for k in range(n - 1, -1, -1):  # from the last: few were written since the listing
+        if SUM_RECORD.unpack_from(sums, head + k * SUM_RECORD.size)[0] <= end:
+            return sums[: head + (k + 1) * SUM_RECORD.size]
+    return sums[:head]
 
 
 class _Refused(SejError):

@@ -20,6 +20,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import xxhash
+
 from ..checksum import HEADER as SUM_HEADER
 from ..errors import CorruptionError, InvalidArgumentError, ProtocolError, SejError, UnsafeFileError
 from . import serve_protocol as wire
@@ -46,6 +48,9 @@ missed costs at most this. Pushes keep the state current in between."""
 PUSHED_KEPT = 64 << 20
 """Bytes pushed (protocol version 3: new bytes and checksum files) kept at most, waiting for the pass that reads them;
 the oldest go first (their reads then go to the server)."""
+
+ENTRY_COST = 256
+"""Bytes each kept entry counts for besides its bytes (PUSHED_KEPT bounds how many: pushes of nothing are entries)."""
 
 KEEP_AT_MOST = max(2 * wire.PUSH_JOURNAL, 2 * CHECK_WINDOW)
 """Bytes of one segment (and of its checksum file) kept at most: the end, from which the next read starts."""
@@ -119,9 +124,10 @@ class Connection:
         # Version 3's pushed bytes, joined to the end of what the last read returned (the server pushes what follows
         # it): (journal, segment) -> (start, bytes), and -> (start, header, the file from start) or None (no checksum
         # file); _kept: their bytes in all (at most PUSHED_KEPT). A journal whose copy failed is forgotten.
-        self._data: dict[tuple[str, str], tuple[int, bytes]] = {}
+        self._data: dict[tuple[str, str], tuple[int, bytes, tuple[int, int] | None]] = {}  # and (st_dev, st_ino)
         self._sums: dict[tuple[str, str], tuple[int, bytes, bytes] | None] = {}
-        self._kept = 0
+        self._of: dict[str, set[str]] = {}  # journal -> its segments in _data or _sums
+        self._kept = 0  # and ENTRY_COST an entry
         self._refresh_asked = 0.0
         started = time.monotonic()
         self.version, self.sej_version, self.root = self._hello(root, hello_timeout)
@@ -251,8 +257,12 @@ class Connection:
         """A STATE pushed: the journals' segments as the server listed them after they changed (and, version 3, the
         bytes they gained)."""
         with self._cond:
-            for journal, name, start, data, skip, sums in pushed:
-                self._keep(journal, name, start, data, skip, sums)
+            for j in gone:
+                self._forget(j)
+            for j, segs in got.items():
+                self._settle(j, segs)
+            for journal, name, start, data, skip, sums, check in pushed:
+                self._keep(journal, name, start, data, skip, sums, check)
             if full:
                 self._building, self.state_skipped = dict(got), skipped
             elif self._building is not None:
@@ -269,52 +279,83 @@ class Connection:
         if self.on_changed is not None and not more:
             self.on_changed([] if full else sorted([*got, *gone]))
 
-    def _keep(self, journal: str, name: str, start: int, data: bytes, skip: int, sums: bytes | None) -> None:
-        """Keep a segment's pushed bytes, after those kept if they follow on, and as much of its checksum file."""
-        self._put_data((journal, name), start, data, newer=True)
+    def _settle(self, journal: str, segs: list[tuple[int, str, int]] | None) -> None:
+        """Drop what is kept of `journal`'s segments that its listing `segs` no longer has, or has shorter than what
+        is kept (cut: what follows may be written again, otherwise)."""
+        names = self._of.get(journal)
+        if not names:
+            return
+        sizes = {} if segs is None else {name: size for _first, name, size in segs}
+        for name in list(names):
+            size = sizes.get(name)
+            had = self._data.get((journal, name))
+            if size is None or had is not None and had[0] + len(had[1]) > size:
+                self._drop((journal, name))
+
+    def _keep(self, journal: str, name: str, start: int, data: bytes, skip: int, sums: bytes | None,
+              check: wire.Check | None) -> None:  # fmt: skip
+        """Keep a segment's pushed bytes, after those kept if the push's check vouches for them, and as much of its
+        checksum file."""
+        key = (journal, name)
+        had = self._drop_data(key)
+        ident = None if check is None else (check[2], check[3])
+        joined = start == 0  # nothing before them
+        if had is not None and check is not None and not joined:
+            s0, d0, ident0 = had
+            lo = start - check[0]
+            if (ident0 is None or ident0 == ident) and s0 <= lo and start <= s0 + len(d0) and \
+                    xxhash.xxh3_64_intdigest(d0[lo - s0 : start - s0]) == check[1]:  # fmt: skip
+                start, data, joined = lo, d0[lo - s0 : start - s0] + data, True  # the window vouched for, no more
+        self._put_data(key, start, data, ident)
         if sums is None:
-            self._drop_sums((journal, name))
-            self._sums[(journal, name)] = None
+            self._drop_sums(key)
+            self._put_entry(self._sums, key, None, 0)
         else:
-            self._put_sums((journal, name), skip, sums, newer=True)
+            if not joined:
+                self._drop_sums(key)
+            self._put_sums(key, skip, sums, newer=True)
         for _ in range(len(self._data) + len(self._sums)):  # the oldest go first
             if self._kept <= PUSHED_KEPT:
                 break
-            first = next(iter(self._data or self._sums))
-            self._drop_data(first)
-            self._drop_sums(first)
+            self._drop(next(iter(self._data or self._sums)))
 
-    def _drop_data(self, key: tuple[str, str]) -> tuple[int, bytes] | None:
-        had = self._data.pop(key, None)
-        if had is not None:
-            self._kept -= len(had[1])
+    def _put_entry(self, kept: dict[tuple[str, str], Any], key: tuple[str, str], value: Any, size: int) -> None:
+        kept[key] = value
+        self._kept += size + ENTRY_COST
+        self._of.setdefault(key[0], set()).add(key[1])
+
+    def _drop_entry(self, kept: dict[tuple[str, str], Any], key: tuple[str, str], size: Callable[[Any], int]) -> Any:
+        if key not in kept:
+            return None
+        had = kept.pop(key)
+        self._kept -= ENTRY_COST + (0 if had is None else size(had))
+        if key not in self._data and key not in self._sums:
+            names = self._of.get(key[0])
+            if names is not None:
+                names.discard(key[1])
+                if not names:
+                    del self._of[key[0]]
         return had
+
+    def _drop(self, key: tuple[str, str]) -> None:
+        self._drop_data(key)
+        self._drop_sums(key)
+
+    def _drop_data(self, key: tuple[str, str]) -> tuple[int, bytes, tuple[int, int] | None] | None:
+        return self._drop_entry(self._data, key, lambda had: len(had[1]))  # type: ignore[no-any-return]
 
     def _drop_sums(self, key: tuple[str, str]) -> tuple[int, bytes, bytes] | None:
-        had = self._sums.pop(key, None)
-        if had is not None:
-            self._kept -= len(had[1]) + len(had[2])
-        return had
+        return self._drop_entry(self._sums, key, lambda had: len(had[1]) + len(had[2]))  # type: ignore[no-any-return]
 
-    def _put_data(self, key: tuple[str, str], start: int, data: bytes, newer: bool) -> None:
-        """Kept bytes of a segment from `start` on: joined to those kept when one follows on from the other (`newer`:
-        these were pushed, so they go after; else they were read, and what was pushed after them is kept too)."""
-        had = self._drop_data(key)
-        if had is not None:
-            s0, d0 = had
-            if newer and s0 <= start <= s0 + len(d0):
-                start, data = s0, d0[: start - s0] + data
-            elif not newer and start <= s0 <= start + len(data) < s0 + len(d0):
-                data = data[: s0 - start] + d0
-            elif not newer and (start + len(data) < s0 or s0 <= start and start + len(data) <= s0 + len(d0)):
-                start, data = s0, d0  # a gap (the pushed bytes are newer), or nothing the kept ones lack
+    def _put_data(self, key: tuple[str, str], start: int, data: bytes, ident: tuple[int, int] | None) -> None:
+        """Keep a segment's bytes from `start` on (`ident`: the file's, as a push's check says; None: unknown)."""
         if len(data) > KEEP_AT_MOST:  # the end is what the next read starts from
             start, data = start + len(data) - KEEP_AT_MOST, data[-KEEP_AT_MOST:]
-        self._data[key] = (start, data)
-        self._kept += len(data)
+        self._put_entry(self._data, key, (start, data, ident), len(data))
 
     def _put_sums(self, key: tuple[str, str], skip: int, sums: bytes, newer: bool) -> None:
-        """Kept bytes of a checksum file (what read_sums(skip) answered), joined as _put_data joins a segment's."""
+        """Kept bytes of a checksum file (what read_sums(skip) answered): pushed ones (`newer`) after those kept if
+        they follow on; read ones instead of those kept, unless those go further (pushed since the read)."""
         head, base, body = (sums[: SUM_HEADER.size], skip, sums[SUM_HEADER.size :]) if skip else (
             sums[: SUM_HEADER.size], 0, sums)  # fmt: skip
         had = self._drop_sums(key)
@@ -322,29 +363,29 @@ class Connection:
             b0, _h0, d0 = had
             if newer and b0 <= base <= b0 + len(d0):
                 base, body = b0, d0[: base - b0] + body
-            elif not newer and base <= b0 <= base + len(body) < b0 + len(d0):
-                body = body[: b0 - base] + d0
-            elif not newer and (base + len(body) < b0 or b0 <= base and base + len(body) <= b0 + len(d0)):
+            elif not newer and b0 + len(d0) > base + len(body):
                 base, head, body = had
         if len(body) > KEEP_AT_MOST and base + len(body) - KEEP_AT_MOST > SUM_HEADER.size:
             base, body = base + len(body) - KEEP_AT_MOST, body[-KEEP_AT_MOST:]
-        self._sums[key] = (base, head, body)
-        self._kept += len(head) + len(body)
+        self._put_entry(self._sums, key, (base, head, body), len(head) + len(body))
 
     def _take(self, method: str, args: list[Any]) -> Any:
-        """A read's or read_sums' result from what was pushed (and the end of what was read), or _MISS. What follows
-        its start stays, for the next read from a little before the copy's end (sej.hub.copy.CHECK_WINDOW)."""
+        """A read's or read_sums' result from what was pushed (and the end of what was read), or _MISS. What it
+        covers before its end's last KEEP_TAIL bytes is dropped: the next pass's read starts CHECK_WINDOW before the
+        copy's end, and the next push's check (wire.PUSH_WINDOW) looks at that tail. A read again within it (a small
+        one, a retry) is answered from it again; a copy that fails forgets its journal's (ServeSource.forget), whose
+        next reads go to the server."""
         key = (args[0], args[1])
         if method == "read":
             got = self._data.get(key)
             pos, size = args[2], args[3]
             if got is None or not got[0] <= pos or pos + size > got[0] + len(got[1]):
                 return _MISS
-            start, data = got
+            start, data, ident = got
             cut = pos + size - KEEP_TAIL - start  # the next read starts after this one's end, less CHECK_WINDOW
             if cut > 0:
                 self._kept -= cut
-                self._data[key] = (start + cut, data[cut:])
+                self._data[key] = (start + cut, data[cut:], ident)
             return data[pos - start : pos - start + size]
         if key not in self._sums:
             return _MISS
@@ -365,21 +406,35 @@ class Connection:
         return answer
 
     def learn(self, calls: list[Call], results: list[Any]) -> None:
-        """Keep the end of what reads from the server returned (joined to what was pushed since), for the next pass's
-        reads, which start a little before the end of this one's."""
+        """Keep the end of what reads from the server returned, for the next pass's reads (which start a little
+        before the end of this one's) and the next push's check; instead of what is kept, unless that goes further
+        (pushed since: never joined to a read's bytes, which no check vouched for with it)."""
         with self._cond:
             for (method, *args), got in zip(calls, results, strict=True):
-                if method == "read" and isinstance(got, bytes) and got:
-                    self._put_data((args[0], args[1]), args[2], got, newer=False)
-                elif method == "read_sums" and isinstance(got, bytes):
-                    self._put_sums((args[0], args[1]), args[2] if args[2] > SUM_HEADER.size else 0, got, newer=False)
+                key = (args[0], args[1]) if method in ("read", "read_sums") else None
+                if key is None or not isinstance(got, bytes):
+                    continue
+                if method == "read_sums":
+                    self._put_sums(key, args[2] if args[2] > SUM_HEADER.size else 0, got, newer=False)
+                    continue
+                had = self._data.get(key)
+                if got and (had is None or had[0] + len(had[1]) <= args[2] + len(got)):
+                    self._drop_data(key)
+                    self._put_data(key, args[2], got, None)
+            for _ in range(len(self._data) + len(self._sums)):  # the oldest go first
+                if self._kept <= PUSHED_KEPT:
+                    break
+                self._drop(next(iter(self._data or self._sums)))
 
     def forget(self, journals: set[str] | None) -> None:
         """Drop what is kept of `journals` (None: all): their copy failed, so the next one reads afresh."""
         with self._cond:
-            for key in [k for k in [*self._data, *self._sums] if journals is None or k[0] in journals]:
-                self._drop_data(key)
-                self._drop_sums(key)
+            for j in list(self._of) if journals is None else journals:
+                self._forget(j)
+
+    def _forget(self, journal: str) -> None:
+        for name in list(self._of.get(journal, ())):
+            self._drop((journal, name))
 
     def known(self, calls: list[Call]) -> dict[int, Any] | None:
         """The results of `calls` the pushes tell, by index: journals, segments and size from the state, reads from
