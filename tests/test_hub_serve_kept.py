@@ -214,3 +214,28 @@ def test_what_is_kept_is_bounded_in_entries_and_a_segment_no_longer_listed_is_dr
         assert not conn._data and not conn._sums and conn._kept == 0
     finally:
         conn.close()
+
+
+def test_commits_failed_by_a_dropped_connection_are_logged_in_one_line(tmp_path, caplog) -> None:
+    """The daemon's commits not waited for, under way when the connection drops, all fail with its error: one ERROR
+    line with their count, not one a journal (a thousand of them)."""
+    import logging
+
+    from sej.hub.config import loads_config
+    from sej.hub.daemon import _Client
+
+    from .test_hub_serve_protocol import hostile
+
+    config = loads_config(f'hub_root = "{tmp_path / "hub"}"\n[[client]]\nclient_id = "c1"\nhost = "h"\n'
+                          f'remote_root = "/r"\ntransport = "serve"\n')  # fmt: skip
+    client = _Client(config, config.clients[0])
+    conn = hostile(lambda m: b"", version=3)  # never answers: the commits stay under way
+    journals = [f"p.{k}.000" for k in range(5)]
+    sent = ServeSource(conn, "t").commit_later([("commit_offset", j, "hub", 7, True) for j in journals])
+    client._commits = [(j, 7, f) for j, f in zip(journals, sent, strict=True)]
+    conn.close()  # the connection dropped
+    caplog.set_level(logging.ERROR, logger="sej.hub")
+    client.check_commits()
+    lines = [r for r in caplog.records if "committing the hub offset" in r.getMessage()]
+    assert len(lines) == 1 and "5 journals" in lines[0].getMessage(), [r.getMessage() for r in lines]
+    assert not client._commits

@@ -579,12 +579,20 @@ class _Client:
                     self._commits = commits[k:] + self._commits
                 commits = commits[:k]
                 break
+        failed: dict[int, list[tuple[str, int, BaseException]]] = {}  # by error: a dropped connection fails them all
         for journal, value, f in commits:
             if f.error is not None:
-                self.log.error("client %s: committing the hub offset %d of %s: %s", self.cfg.client_id, value, journal,
-                               error_text(f.error), extra={"journal": journal, "committing": value})  # fmt: skip
+                failed.setdefault(id(f.error), []).append((journal, value, f.error))
                 if self.state.committed.get(journal) == value:
                     self.state.remember_committed(journal, None)
+        for same in failed.values():
+            journal, value, e = same[0]
+            if len(same) == 1:
+                self.log.error("client %s: committing the hub offset %d of %s: %s", self.cfg.client_id, value, journal,
+                               error_text(e), extra={"journal": journal, "committing": value})  # fmt: skip
+            else:  # one line, not one per journal (a thousand under way when the connection dropped)
+                self.log.error("client %s: committing the hub offsets of %d journals (%s, ...): %s", self.cfg.client_id,
+                               len(same), journal, error_text(e))  # fmt: skip
 
     def _copied(self, nbytes: int) -> None:
         """Bytes written at the hub: progress (for Hub.alive), and for the status book (/health in a long pass)."""
