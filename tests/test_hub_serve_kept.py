@@ -9,6 +9,7 @@ handed to the hub's connection as its reader thread would: a push is listed exac
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 import pytest
@@ -239,3 +240,32 @@ def test_commits_failed_by_a_dropped_connection_are_logged_in_one_line(tmp_path,
     lines = [r for r in caplog.records if "committing the hub offset" in r.getMessage()]
     assert len(lines) == 1 and "5 journals" in lines[0].getMessage(), [r.getMessage() for r in lines]
     assert not client._commits
+
+
+@pytest.mark.parametrize(
+    ("check", "why"),
+    [
+        ("x", "not \\[window, hash, dev, ino\\]"),
+        ([1, 2, 3], "not \\[window, hash, dev, ino\\]"),
+        ([-1, 0, 0, 0], "integer from 0"),
+        ([0, "h", 0, 0], "integer from 0"),
+        ([0, 0, -5, 0], "integer from 0"),
+        ([11, 0, 0, 0], "11 bytes before 10"),  # more than the bytes before the start
+        ([wire.PUSH_WINDOW + 1, 0, 0, 0], f"at most {wire.PUSH_WINDOW}"),
+    ],
+)
+def test_a_hostile_pushed_check_fails_the_stream(check: Any, why: str) -> None:
+    from .test_hub_serve_protocol import hostile
+
+    start = 10 if "before 10" in why else 1 << 20
+    state = [wire.STATE, True, [], [], {}, False, [["p.1.000", "0" * 16 + ".jnl", start, b"x", 0, None, check]]]
+    conn = hostile(lambda m: wire.encode(state) if m[0] == wire.WATCH else b"", version=3)
+    try:
+        conn.watch(lambda journals: None)
+        from testing.timing import scaled, wait_until
+
+        wait_until(lambda: conn.failed is not None, scaled(5), "the stream failed")
+        assert re.search(why, str(conn.failed)), conn.failed
+        assert not conn._data and not conn._sums
+    finally:
+        conn.close()
