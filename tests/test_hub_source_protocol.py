@@ -70,8 +70,8 @@ def test_every_source_the_daemon_uses_has_every_capability(tmp_path: Path, sshd:
         with Hub(config) as hub:
             original = daemon._Watched.__init__
 
-            def spy(self: Any, wrapped: Source, c: Any) -> None:
-                original(self, wrapped, c)
+            def spy(self: Any, *args: Any) -> None:  # every argument of _Watched, whichever it takes
+                original(self, *args)
                 seen.append(self)
 
             daemon._Watched.__init__ = spy  # type: ignore[method-assign]
