@@ -16,6 +16,7 @@ from testing.timing import scaled
 
 from .conftest import REPO, run_python
 from .test_hub_copy import assert_identical, produce
+from .test_hub_ssh import ssh_config_home
 
 
 def sej_copy(sshd, src: str, hub: str, *more: str,  # type: ignore[no-untyped-def]
@@ -79,16 +80,8 @@ def test_paramiko_is_imported_without_invoke() -> None:
 
 def test_a_match_exec_line_in_the_ssh_config_still_runs_its_command(sshd, tmp_path: Path) -> None:
     """paramiko runs a `Match exec` command with invoke: imported when a config has such a line."""
-    home, marker = tmp_path / "home", tmp_path / "marker"
-    (home / ".ssh").mkdir(parents=True)
-    (home / ".ssh" / "config").write_text(
-        f'Match host producer-alias exec "test -e {marker}"\n'
-        "    HostName 127.0.0.1\n"
-        f"    Port {sshd.port}\n"
-        f"    User {sshd.user}\n"
-        f"    IdentityFile {sshd.identity}\n"
-        f"    UserKnownHostsFile {sshd.known_hosts}\n"
-    )
+    marker = tmp_path / "marker"
+    home = ssh_config_home(tmp_path, sshd, f'Match host producer-alias exec "test -e {marker}"')
     src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
     produce(src, 100)
     env = dict(os.environ, PYTHONPATH=str(REPO), HOME=str(home))

@@ -53,6 +53,13 @@ def _copy(conn: Connection, hub: str) -> list[Any]:
     return copy_all(lambda: ServeSource(conn, "t"), hub, "c1", "hub", workers=1)
 
 
+def _first_copy(session: Session, conn: Connection, hub: str) -> None:
+    """The whole state pushed, then a copy of every journal that goes well."""
+    _push(session, conn, None)
+    out = _copy(conn, hub)
+    assert all(o.error is None for o in out), [o.error for o in out]
+
+
 @pytest.mark.parametrize("with_sums", [False, True])
 def test_a_push_after_a_cut_and_a_rewrite_is_not_joined_to_the_bytes_kept_before_the_cut(tmp_path, with_sums) -> None:
     """A writer killed mid-frame leaves a torn frame; the hub reads (and keeps) it with the whole frames before it; the
@@ -112,9 +119,7 @@ def test_a_journal_replaced_by_another_of_the_same_sizes_is_found_rewritten(tmp_
     conn = serving(str(root))
     session = _session(str(root))
     try:
-        _push(session, conn, None)
-        out = _copy(conn, hub)
-        assert all(o.error is None for o in out), [o.error for o in out]
+        _first_copy(session, conn, hub)
         os.rename(j, str(tmp_path / "away"))
         os.rename(other, j)
         _push(session, conn, ["j"])
@@ -136,9 +141,7 @@ def test_pushed_checksum_records_stop_at_the_listed_size(tmp_path) -> None:
         conn = serving(str(root))
         session = _session(str(root))
         try:
-            _push(session, conn, None)
-            out = _copy(conn, hub)
-            assert all(o.error is None for o in out), [o.error for o in out]
+            _first_copy(session, conn, hub)
             w.append(b"020" + b"c" * 97)
             w.flush()
             source = session._open(str(root))

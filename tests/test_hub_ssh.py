@@ -61,6 +61,21 @@ def copy_over_ssh(sshd, src: str, hub: str, workers: int = 4):  # type: ignore[n
         client.close()
 
 
+def ssh_config_home(tmp_path: Path, sshd, first_line: str) -> Path:  # type: ignore[no-untyped-def]
+    """A $HOME whose ~/.ssh/config sends `first_line`'s hosts to the test sshd."""
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "config").write_text(
+        f"{first_line}\n"
+        "    HostName 127.0.0.1\n"
+        f"    Port {sshd.port}\n"
+        f"    User {sshd.user}\n"
+        f"    IdentityFile {sshd.identity}\n"
+        f"    UserKnownHostsFile {sshd.known_hosts}\n"
+    )
+    return home
+
+
 def test_full_copy_over_ssh_is_byte_identical(sshd, tmp_path) -> None:
     src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
     produce(src, 3000, segment_size=5000)
@@ -247,16 +262,7 @@ def test_remote_names_that_are_not_journals_are_skipped(sshd, tmp_path, caplog) 
 
 def test_ssh_config_host_entries_and_default_files_are_honoured(sshd, tmp_path) -> None:
     """`sej copy ssh://alias/path` with no flags: ~/.ssh/config gives host, port, user, key and known_hosts."""
-    home = tmp_path / "home"
-    (home / ".ssh").mkdir(parents=True)
-    (home / ".ssh" / "config").write_text(
-        "Host producer-alias\n"
-        "    HostName 127.0.0.1\n"
-        f"    Port {sshd.port}\n"
-        f"    User {sshd.user}\n"
-        f"    IdentityFile {sshd.identity}\n"
-        f"    UserKnownHostsFile {sshd.known_hosts}\n"
-    )
+    home = ssh_config_home(tmp_path, sshd, "Host producer-alias")
     src, hub = str(tmp_path / "src"), str(tmp_path / "hub")
     produce(src, 300)
     env = dict(os.environ, PYTHONPATH=str(REPO), HOME=str(home))
