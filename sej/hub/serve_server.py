@@ -29,7 +29,7 @@ from ..layout import INDEX_DIR, SEGMENT_DIR, check_reader_name, segment_name, su
 from . import serve_protocol as wire
 from .local_source import LocalSource
 from .names import check_journal_name, check_segment_name
-from .serve_commit import BATCH_FROM, commit_batch
+from .serve_commit import Kept, commit_batch
 from .source import SourceError
 
 log = logging.getLogger("sej.hub.serve")
@@ -41,7 +41,7 @@ GATHER = 16 << 20
 """Bytes of calls already waiting on stdin read together at most before they are answered."""
 
 COMMIT_THREADS = 8
-"""Commits made at once (each fsyncs its offset file, then its directory)."""
+"""Threads of a batch of commits (sej.hub.serve_commit): opening files not kept, renames, a small run's fsyncs."""
 
 PUSH_EVERY = 0.02
 """Seconds of listing (and reading) after which the journals listed so far go out in a STATE of their own: the
@@ -199,11 +199,13 @@ class Session:
         self.ended = False
         self.greeted = False  # MAGIC sent
         self._pool: ThreadPoolExecutor | None = None
+        self._kept: Kept | None = None  # the offset files committed, kept open (sej.hub.serve_commit)
 
     def receive(self, data: bytes) -> bytes:
         self.decoder.feed(data)
         out: list[bytes] = []
         commits: list[tuple[int, list[Any]]] = []  # a run of commits, made together (_commit_run)
+        journals: set[str] = set()  # theirs (a run is of distinct journals)
         try:
             for _ in range(1 << 30):  # every whole message fed (at most one per 5 bytes)
                 if self.ended:
@@ -213,15 +215,20 @@ class Session:
                     break
                 if self.source is not None and msg[0] == wire.CALL:
                     call_id, method, args = wire.parse_call(msg)
-                    if method == "commit_offset" and all(args[0] != a[0] for _i, a in commits):
+                    if method == "commit_offset" and args[0] not in journals:  # parse_call: a str
                         commits.append((call_id, args))
+                        journals.add(args[0])
                         continue
                     out += self._commit_run(commits)
-                    commits = []
+                    commits, journals = [], set()
+                    if method == "commit_offset":  # a journal's second: the next run
+                        commits.append((call_id, args))
+                        journals.add(args[0])
+                        continue
                     out += self._answer(call_id, method, args)
                     continue
                 out += self._commit_run(commits)
-                commits = []
+                commits, journals = [], set()
                 out += self._handle(msg)
             out += self._commit_run(commits)
         except ProtocolError as e:  # nothing after a bad frame can be trusted: say why, then end
@@ -255,14 +262,8 @@ class Session:
             return [wire.encode(_error(call_id, e))]
 
     def _commit_run(self, commits: list[tuple[int, list[Any]]]) -> list[bytes]:
-        """Answer a run of commits of distinct journals: from serve_commit.BATCH_FROM on, in batches that share their
-        syncs (sej.hub.serve_commit); fewer, COMMIT_THREADS at a time, each sej.offset's own with its own fsyncs."""
-        if len(commits) < 2:
-            return [f for c in commits for f in self._answer(c[0], "commit_offset", c[1])]
-        if len(commits) >= BATCH_FROM:
-            return self._commit_batch(commits)
-        done = self._threads().map(lambda c: self._answer(c[0], "commit_offset", c[1]), commits)
-        return [f for frames in done for f in frames]
+        """Answer a run of commits of distinct journals (sej.hub.serve_commit: from BATCH_FROM on, their syncs shared)."""
+        return self._commit_batch(commits) if commits else []
 
     def _threads(self) -> ThreadPoolExecutor:
         if self._pool is None:
@@ -282,14 +283,19 @@ class Session:
                 batch.append((call_id, [journal, reader, value, sweep and not self.restrict]))
             except Exception as e:
                 answers[call_id] = [wire.encode(_error(call_id, e))]
-        got = commit_batch([tuple(a) for _i, a in batch], self.source._dir, self.root, self._threads())  # type: ignore[misc]
-        for (call_id, _args), e in zip(batch, got, strict=True):
-            answers[call_id] = wire.reply(call_id, None) if e is None else [wire.encode(_error(call_id, e))]
+        if self._kept is None:
+            self._kept = Kept(self.source_root)
+        got = commit_batch([(j, r, v, s) for _i, (j, r, v, s) in batch], self.source._dir, self.root, self._threads(),
+                           self._kept)  # fmt: skip
+        for (call_id, _args), err in zip(batch, got, strict=True):
+            answers[call_id] = wire.reply(call_id, None) if err is None else [wire.encode(_error(call_id, err))]
         return [f for call_id, _args in commits for f in answers[call_id]]
 
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown()
+        if self._kept is not None:
+            self._kept.close()
 
     def _hello(self, msg: list[Any]) -> list[bytes]:
         versions, asked = wire.parse_hub_hello(msg)
