@@ -40,7 +40,7 @@ from ..fsutil import HAVE_SYNCFS
 from ..layout import list_segments, parse_segment_name, segment_name
 from ..shard.name import parse_shard
 from . import copy as hub_copy
-from .copy import CHECK_WINDOW, CopyResult, Destinations, SumsMark, SyncBatch, copy_journal, open_journals
+from .copy import CHECK_WINDOW, CopyResult, Destinations, Seen, SumsMark, SyncBatch, copy_journal, open_journals
 from .copy_state import CopyState, Tail
 from .names import destination_name
 from .source import Call, Source, SourceSegment
@@ -228,23 +228,27 @@ class Prefetched:
 
 
 class _Phases:
-    """Seconds spent in each phase of a pass, and the process's CPU seconds meanwhile, for the debug log."""
+    """Seconds spent in each phase of a pass, and (when the debug log is on) the process's CPU seconds meanwhile."""
 
     def __init__(self) -> None:
         self.seconds: dict[str, list[float]] = {}
+        # Only for the debug log: os.times in each phase of each pass cost a busy hub more than the bookkeeping.
+        self.cpu = log.isEnabledFor(logging.DEBUG)
 
     @contextmanager
     def __call__(self, phase: str) -> Iterator[None]:
-        t, cpu = time.monotonic(), _cpu()
+        t, cpu = time.monotonic(), _cpu() if self.cpu else 0.0
         try:
             yield
         finally:
             took = self.seconds.setdefault(phase, [0.0, 0.0])
             took[0] += time.monotonic() - t
-            took[1] += _cpu() - cpu
+            if self.cpu:
+                took[1] += _cpu() - cpu
 
     def __str__(self) -> str:
-        return ", ".join(f"{k} {s:.3f}s (cpu {c:.2f}s)" for k, (s, c) in self.seconds.items())
+        return ", ".join(f"{k} {s:.3f}s (cpu {c:.2f}s)" if self.cpu else f"{k} {s:.3f}s"
+                         for k, (s, c) in self.seconds.items())  # fmt: skip
 
 
 def _cpu() -> float:
@@ -256,8 +260,9 @@ class _Plan:
     """One journal's work in a pass."""
 
     def __init__(self, journal: str, dest_dir: str, tail: Tail | None, committed: int | None,
-                 mark: SumsMark | None = None) -> None:  # fmt: skip
+                 mark: SumsMark | None = None, seen: Seen | None = None) -> None:  # fmt: skip
         self.journal, self.dest_dir, self.tail = journal, dest_dir, tail
+        self.seen = seen  # the hub's last segment file as the state's check lstat'ed it (copy_journal's `seen`)
         self.committed = committed
         self.mark = mark  # how far the last pass read the checksum file of the hub's last segment
         self.segments: list[SourceSegment] | None = None  # the source's, as listed (or probed)
@@ -469,7 +474,9 @@ class _Pass:
                 log.error("%s", e, extra={"client": self.client_id, "journal": j})
                 self.outcomes[j] = JournalOutcome(j, None, e)
                 continue
-            plans.append(_Plan(j, d, self.state.tail(j, d), self.state.expected(j), self.state.mark(j)))
+            tail, st = self.state.tail_seen(j, d)
+            plans.append(_Plan(j, d, tail, self.state.expected(j), self.state.mark(j),
+                               None if tail is None or st is None else (tail.segment, st)))  # fmt: skip
         return plans
 
     def probe(self, plans: list[_Plan]) -> list[_Plan]:
@@ -581,7 +588,11 @@ class _Pass:
         try:
             with self.took("copy"):
                 big = [self.pool.submit(self.copy_one, p, synced) for p in plans if p.big]
-                done = list(self.local_pool.map(lambda p: self.copy_one(p, synced), [p for p in plans if not p.big]))
+                small = [p for p in plans if not p.big]
+                if synced is not None:  # no fsync to wait for: another thread would only contend for the GIL
+                    done = [self.copy_one(p, synced) for p in small]
+                else:
+                    done = list(self.local_pool.map(lambda p: self.copy_one(p, synced), small))
                 done += [f.result() for f in big]
             if synced is not None:
                 with self.took("sync"):
@@ -607,7 +618,9 @@ class _Pass:
         src = Prefetched(source, p.segments, p.data, p.committed, p.sums, p.mark, self.lister)
         try:
             result = copy_journal(src, p.journal, self.dest_root, self.client_id, self.reader, self.stop,
-                                  self.on_bytes, destinations=self.destinations, batch=synced)  # fmt: skip
+                                  self.on_bytes, destinations=self.destinations, batch=synced,
+                                  seen=p.seen)  # fmt: skip
+            p.seen = None  # a further layer's copy looks again
             return p, JournalOutcome(p.journal, result, None, *seen_lag(p.segments, p.hub_tail, result)), src
         except Exception as e:  # reported per journal; the others go on
             log.error("%s", e, extra={"client": self.client_id, "journal": p.journal})

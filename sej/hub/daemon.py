@@ -25,6 +25,7 @@ a thread still stuck ends with os._exit (sej-hub: sej.apps.hub.exit_process).
 
 from __future__ import annotations
 
+import gc
 import itertools
 import logging
 import os
@@ -88,6 +89,12 @@ a thousand journals cost each push's pass tens of ms of the hub's CPU."""
 
 _PER_JOURNAL = ("tails", "committed", "sums", "stalled", "pending", "commit_due", "swept")
 """What a CopyState keeps per journal (a pass over some journals works on a CopyState of theirs: _Client.run_pass)."""
+
+HEAP_SETTLE_EVERY = 600.0
+"""Seconds between two full garbage collections in run_forever, after which what lives is frozen (gc.freeze): the
+collector then looks only at what came since. The hub's long-lived objects (a thousand journals' states, open
+journals, pushed listings) made each automatic full collection a 20-30 ms pause, every few seconds, that a
+pushed journal's copy waited behind. Cyclic garbage among frozen objects waits for the next settling."""
 
 LOCK_NAME = HUB_LOCK
 """The lock file in hub_root that one hub process (sej-hub, or a cron run) holds at a time."""
@@ -369,6 +376,7 @@ class _Client:
         self._named: set[str] | None = None  # the journals pushed since the last pass began; None: any may have changed
         self._named_lock = threading.Lock()
         self.full_at = -FULL_EVERY  # when the last pass over every journal began (time.monotonic())
+        self.full_owed = False  # a pass over every journal was due, and the pushed journals went first: it follows
         self.beat: float | None = None  # monotonic time run_pass_bounded last looked at its pass; None outside
         self.commit_later = False  # run_forever's: commits over sej serve are not waited for (_Watched.many)
         self._commits: list[tuple[str, int, Any]] = []  # those under way: (journal, hub offset, the call)
@@ -551,14 +559,17 @@ class _Client:
     def _take_named(self, now: float, last_ok: bool) -> set[str] | None:
         """The journals the pass starting `now` looks at: those pushed since the last pass began, and those whose
         deferred commit is due; None (every journal) unless over sej serve in run_forever with a pushed state that
-        answers every call, the last pass went well, a push named them all, and FULL_EVERY has not passed."""
+        answers every call, the last pass went well, and a push named them all. When FULL_EVERY has passed, the
+        pushed journals still go first, in a pass of their own, and the pass over every journal follows at once
+        (`full_owed`): a push does not wait for the work on the others."""
         with self._named_lock:
             named, self._named = self._named, set()
         settled = getattr(getattr(self.remote, "_make", None), "settled_for", None) if self.pushes else None
-        if (named is None or not named or settled is None or not self.forever or not last_ok
-                or now - self.full_at >= FULL_EVERY or settled() <= 0):  # fmt: skip
-            self.full_at = now
+        if (named is None or not named or settled is None or not self.forever or not last_ok or self.full_owed
+                or settled() <= 0):  # fmt: skip
+            self.full_at, self.full_owed = now, False
             return None
+        self.full_owed = now - self.full_at >= FULL_EVERY
         return named | {j for j, _value in self.state.due(now)}
 
     def sent_commits(self, calls: list[Call], sent: list[Any]) -> None:
@@ -769,6 +780,20 @@ class Hub:
         self.status = StatusBook(config.hub_root if records else None,
                                  [(c.client_id, c.describe()) for c in config.clients])  # fmt: skip
         self._clients = [_Client(config, c, self.destinations, self.status) for c in config.clients]
+        self._settled_at: float | None = None  # when run_forever last settled the heap (_settle_heap)
+        self._settle_lock = threading.Lock()
+
+    def _settle_heap(self) -> None:
+        """After a complete pass in run_forever: collect everything and freeze what lives, once at first and then
+        every HEAP_SETTLE_EVERY seconds (see there)."""
+        with self._settle_lock:
+            now = time.monotonic()
+            if self._settled_at is not None and now - self._settled_at < HEAP_SETTLE_EVERY:
+                return
+            self._settled_at = now
+            gc.unfreeze()
+            gc.collect()
+            gc.freeze()
 
     def _pass(self, client: _Client, stop: threading.Event, level: int = logging.INFO) -> ClientReport:
         """One bounded pass of a client, recorded in the StatusBook."""
@@ -888,6 +913,8 @@ class Hub:
                 if busy:
                     log.warning("still busy after %gs, leaving anyway: %s", limit, ", ".join(busy))
                 self.close()
+                gc.unfreeze()  # the process's collector as it was
+                self._settled_at = None
                 for c in self._clients:
                     c.state.commit_interval = 0.0  # a later run_once commits on every pass again
                     c.commit_later = False
@@ -935,7 +962,11 @@ class Hub:
                 client.failures = 0
                 # Passes start every poll_interval: after a long pass (much to copy), the next starts at once.
                 delay = max(0.0, cfg.poll_interval - (time.monotonic() - started))
-            client.wait(stop, delay, quiet=report.ok and (report.complete or report.named))
+            if report.complete and report.ok:
+                self._settle_heap()
+            if client.full_owed and not report.client_failed:
+                delay = 0.0  # the pass over every journal the pushed ones went before (_take_named)
+            client.wait(stop, delay, quiet=report.ok and (report.complete or report.named) and not client.full_owed)
         client.commit_later = False  # from now on every commit is waited for
         client.check_commits(wait=STOP_TIMEOUT)  # those still under way: made before the connection is closed
         client.commit_pending(stop)
