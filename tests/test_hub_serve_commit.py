@@ -48,8 +48,9 @@ def calls(root: Path, commits: list[tuple[str, int]], first_id: int = 1, sweep: 
     return b"".join(out)
 
 
-def replies(data: bytes) -> list[list[object]]:
-    d = wire.Decoder(magic=True)
+def replies(data: bytes, magic: bool = True) -> list[list[object]]:
+    """The messages in `data` (after the server's magic, if `magic`)."""
+    d = wire.Decoder(magic=magic)
     d.feed(data)
     out = []
     for _ in range(len(data)):

@@ -23,6 +23,7 @@ from sej.hub.serve_server import Session
 from sej.hub.serve_source import Connection, ServeSource
 
 from .test_hub_copy import assert_identical
+from .test_hub_serve_commit import replies
 from .test_hub_serve_protocol import serving
 
 
@@ -34,14 +35,13 @@ def _session(root: str) -> Session:
 
 def _push(session: Session, conn: Connection, names: list[str] | None) -> None:
     """The STATE frames `session` makes of `names` (None: the whole state), received by the hub's connection."""
-    for data in session.state_frames(names):
-        d = wire.Decoder()
-        d.feed(data)
-        for _ in range(len(data)):
-            msg = d.next()
-            if msg is None:
-                break
-            conn._dispatch(msg)
+    for msg in _frames(session, names):
+        conn._dispatch(msg)
+
+
+def _frames(session: Session, names: list[str] | None) -> list[list[Any]]:
+    """The messages of the STATE frames `session` makes of `names`."""
+    return [m for data in session.state_frames(names) for m in replies(data, magic=False)]
 
 
 def _segment(journal: str) -> tuple[str, str]:
@@ -148,7 +148,8 @@ def test_pushed_checksum_records_stop_at_the_listed_size(tmp_path) -> None:
             listed = [(s.name, s.size) for s in source.segments("j")]
             w.append(b"021" + b"d" * 97)  # after the listing, before the checksum file is read
             w.flush()
-            pushed, _size = session._new_bytes(source, "j", listed, 0)
+            pushed, _size, news = session._new_bytes(source, "j", listed, 0)
+            assert news
             (item,) = pushed
             sums = item[5]
             assert sums is not None
@@ -272,3 +273,36 @@ def test_a_hostile_pushed_check_fails_the_stream(check: Any, why: str) -> None:
         assert not conn._data and not conn._sums
     finally:
         conn.close()
+
+
+def test_a_journal_listed_again_without_news_is_not_pushed_again(tmp_path) -> None:
+    """A burst names a journal again whose listing and checksum file are those of its last push (an event that came
+    after its listing): nothing is sent for it, so the hub makes no pass for it; a journal that gained bytes, or only
+    checksum records, is pushed; a burst with nothing new sends nothing at all."""
+    root = tmp_path / "root"
+    writers = {n: sej.Writer(str(root / n), durability="flush") for n in ("a", "b")}
+    try:
+        for w in writers.values():
+            w.append(b"x" * 100)
+            w.flush()
+        session = _session(str(root))
+        assert _frames(session, None)  # the whole state: the base of the pushes
+        assert _frames(session, ["a", "b"]), "their checksum files (a whole state carries none)"
+        assert _frames(session, ["a", "b"]) == [], "nothing changed since"
+        writers["a"].append(b"y" * 100)
+        writers["a"].flush()
+        (msg,) = _frames(session, ["a", "b"])
+        full, got, gone, _skipped, _more, pushed = wire.parse_state(msg, 3)
+        assert not full and list(got) == ["a"] and not gone and [p[0] for p in pushed] == ["a"], (got, pushed)
+        assert _frames(session, ["a"]) == [], "listed again with nothing new"
+        # Only the checksum file grew (its records of bytes already listed): pushed, with those records.
+        seg, _sums = _segment(str(root / "a"))
+        name = os.path.basename(seg)
+        size, sums_size = session._listed["a"][name]
+        session._listed["a"] = {name: (size, sums_size - SUM_RECORD.size)}  # the last push saw one record fewer
+        (msg,) = _frames(session, ["a"])
+        _full, got, _gone, _skipped, _more, pushed = wire.parse_state(msg, 3)
+        assert list(got) == ["a"] and pushed and pushed[0][5], pushed
+    finally:
+        for w in writers.values():
+            w.close()

@@ -352,12 +352,13 @@ class Session:
         yield b"".join(wire.encode(wire.state(k == 0, chunk, [], skipped if k == 0 else {}, k < len(chunks) - 1,
                                               empty)) for k, chunk in enumerate(chunks))  # fmt: skip
         again = [j for j, at in listed_at.items() if self._pushed_at.get(j, 0.0) > at]
-        if again:
-            yield from self._changed_state(source, again)
+        if again:  # each sent, news or not: the whole state just told the hub an older listing
+            yield from self._changed_state(source, again, every=True)
 
-    def _changed_state(self, source: Any, names: list[str]) -> Iterator[bytes]:
+    def _changed_state(self, source: Any, names: list[str], every: bool = False) -> Iterator[bytes]:
         """STATE frames of the journals `names`, each listed and its new bytes read at once, its directories opened
-        once for both (_Held): a burst of a thousand appends costs the server a third fewer system calls."""
+        once for both (_Held): a burst of a thousand appends costs the server a third fewer system calls. A journal
+        with no news since its last push is left out (not if `every`), and a burst with none sends nothing."""
         entries: list[tuple[str, list[tuple[str, int]] | None]] = []
         gone: list[str] = []
         pushed: list[wire.Pushed] | None = [] if self.version >= 3 else None
@@ -371,14 +372,17 @@ class Session:
                     if missing:
                         self._listed.pop(j, None)
                     elif pushed is not None:
-                        got, size = self._new_bytes(held, *listed[0], total)
+                        got, size, news = self._new_bytes(held, *listed[0], total)
                         pushed += got
                         total += size
+                        if not news and not every:
+                            listed = []  # the hub has this listing already: no pass of its for nothing
                 entries += listed
                 gone += missing
                 if k + 1 < len(names) and time.monotonic() - began < PUSH_EVERY:
                     continue
-                yield wire.encode(wire.state(False, entries, gone, {}, False, pushed))
+                if entries or gone:  # else nothing new: nothing sent
+                    yield wire.encode(wire.state(False, entries, gone, {}, False, pushed))
                 entries, gone, total, began = [], [], 0, time.monotonic()
                 pushed = [] if pushed is not None else None
         if not names:
@@ -402,15 +406,18 @@ class Session:
         return entries, gone
 
     def _new_bytes(self, source: Any, j: str, segs: list[tuple[str, int]] | None,
-                   total: int) -> tuple[list[wire.Pushed], int]:  # fmt: skip
+                   total: int) -> tuple[list[wire.Pushed], int, bool]:  # fmt: skip
         """The bytes journal `j`'s segments `segs` (as just listed) gained since its last push, and as much of their
         checksum files, read now, after the listing, and their size: at most wire.PUSH_JOURNAL, and wire.PUSH_FRAME
         with the frame's `total` so far (the hub keeps the end of what it was sent or read, and reads from a little
         before its copy's end). A journal that grew more, or whose files cannot be read, is left to the hub's reads
-        (whose checks are the same: these are only early)."""
+        (whose checks are the same: these are only early). Last, whether the hub is to hear of `j` at all: not when
+        its listing and checksum files are those of its last push (an event that came after its listing, such as the
+        checksum write after the segment's, listed it again)."""
+        had = j in self._listed
         before = self._listed.pop(j, {})
         if segs is None:
-            return [], 0
+            return [], 0, True
         now = self._listed[j] = {name: (end, before.get(name, (0, 0))[1]) for name, end in segs}
         mine: list[wire.Pushed] = []
         size = 0
@@ -430,13 +437,13 @@ class Session:
                 if sums_size is not None:
                     want += sums_size - skip + (SUM_HEADER.size if skip else 0)
                 if size + want > wire.PUSH_JOURNAL or total + size + want > wire.PUSH_FRAME:
-                    return [], 0  # too much: the hub reads it all
+                    return [], 0, True  # too much: the hub reads it all
                 # One read from the window before `start` on: the hub joins the new bytes to what it kept only if
                 # that window matches what the file holds now (the file cut and written again, or another file).
                 back = min(start, wire.PUSH_WINDOW)
                 raw, dev, ino = self._read(source, j, name, start - back, end - start + back)
                 if len(raw) < back:
-                    return [], 0  # cut since the listing: the hub reads
+                    return [], 0, True  # cut since the listing: the hub reads
                 data = raw[back:]
                 sums = source.read_sums(j, name, skip)
                 sums_end = 0
@@ -446,12 +453,12 @@ class Session:
                 now[name] = (end, sums_end)
                 size += len(data) + (len(sums) if sums is not None else 0)
                 if size > wire.PUSH_JOURNAL or total + size > wire.PUSH_FRAME:  # grew since
-                    return [], 0
+                    return [], 0, True
                 check = (back, xxhash.xxh3_64_intdigest(raw[:back]), dev, ino)
                 mine.append((j, name, start, data, skip, sums, check))
         except (SejError, OSError):  # the hub's reads hear the error themselves
-            return [], 0
-        return mine, size
+            return [], 0, True
+        return mine, size, bool(mine) or not had or now != before
 
     def _read(self, source: Any, journal: str, name: str, pos: int, size: int) -> tuple[bytes, int, int]:
         """`read(journal, name, pos, size)` as LocalSource answers it, and the file's st_dev and st_ino."""
