@@ -268,6 +268,13 @@ _KEYED = [struct.Struct(f">QqBb{ks}sI").unpack_from for ks in range(MAX_KEY + 1)
 """Per key size: a frame's offset, timestamp, type, key size, key and value size (unsigned: a negative
 one becomes a size past any buffer), in one call."""
 
+_CHAINED = [struct.Struct(f">iQqBb{ks}sI").unpack_from for ks in range(MAX_KEY + 1)]
+"""_KEYED's fields read 4 bytes early: the trailing size field of the frame before comes in the same call."""
+
+# The loops below spell the layout's sizes as literals (a module constant costs a lookup per frame): 17 is the
+# key size byte (HEADER_SIZE - 1), 22 the key (HEADER_SIZE + SIZE_FIELD after the value size), 26 OVERHEAD.
+assert (HEADER_SIZE, SIZE_FIELD, OVERHEAD) == (18, 4, 26)
+
 
 def _decode_run(buf: bytes, pos: int, expect: int, limit: int, journal: str | None) -> tuple[list[Any], int, bool]:
     """decode_batch's loop over bytes that end at the buffer's end: (messages, position after them, whether
@@ -275,65 +282,68 @@ def _decode_run(buf: bytes, pos: int, expect: int, limit: int, journal: str | No
 
     Every check of `frame_at` costs at most an operation here: a key size byte above MAX_KEY (a negative
     i8) has no struct (IndexError), a header cut by the end raises struct.error, a negative value size
-    read unsigned ends past the buffer (struct.error reading the trailing size there); then the offset and
+    read unsigned ends past the buffer (IndexError or struct.error at the next frame); then the offset and
     the trailing size field are compared. The caller finds the Problem with check_frame.
     """
     out: list[Any] = []
     append = out.append
-    keyed = _KEYED
-    i32 = I32.unpack_from
     new = _new_message
     no_ts = NO_TIMESTAMP
+    total = _same_sizes(buf, pos)
+    if total:  # the batch starts with frames of one size: one whole-frame struct call each, while they last
+        ks = buf[pos + 17]
+        vs = total - 26 - ks
+        same = sized_struct(FRAME_FORMAT, ks, vs).unpack_from
+        try:  # struct.error: fewer bytes than such a frame left, maybe a smaller frame: the loop below
+            for expect in range(expect, expect + limit):  # noqa: B020 (`expect` goes on after the loop)
+                off, ts, typ, ks2, key, vs2, value, size = same(buf, pos)
+                if off != expect or size != total or ks2 != ks or vs2 != vs:
+                    break
+                if journal is None:
+                    append(new(Message, (off, None if ts == no_ts else ts, typ, key, value)))
+                else:
+                    append(new(ShardMessage, (journal, off, None if ts == no_ts else ts, typ, key, value)))
+                pos += total
+            else:
+                return out, pos, False
+        except struct.error:
+            pass
+        limit -= len(out)
+    f = frame_at(buf, pos, len(buf), expect)
+    if f is None:
+        return out, pos, True
+    # Frames of any sizes. A frame's trailing size field is read by the call that reads the next frame's
+    # header (`_CHAINED`): one struct call a frame. So the last frame taken is not checked yet: it is on
+    # the way out, and dropped (with `pos` back at its start) if its trailing size field disagrees.
+    off, ts, typ, ks, vs = f
+    total = 26 + ks + vs
+    key, value = buf[pos + 18 : pos + 18 + ks], buf[pos + 22 + ks : pos + total - 4]
+    fields = (off, None if ts == no_ts else ts, typ, key, value)
+    append(new(Message, fields) if journal is None else new(ShardMessage, (journal, *fields)))
+    pos += total
+    chained = _CHAINED
     stopped = True
     try:
-        total = _same_sizes(buf, pos)
-        if total:  # the batch starts with frames of one size: one whole-frame struct call each, while they last
-            ks = buf[pos + HEADER_SIZE - 1]
-            vs = total - OVERHEAD - ks
-            same = sized_struct(FRAME_FORMAT, ks, vs).unpack_from
-            try:  # struct.error: fewer bytes than such a frame left, maybe a smaller frame: the loop below
-                for _ in range(limit):
-                    off, ts, typ, ks2, key, vs2, value, size = same(buf, pos)
-                    if off != expect or size != total or ks2 != ks or vs2 != vs:
-                        break
-                    if journal is None:
-                        append(new(Message, (off, None if ts == no_ts else ts, typ, key, value)))
-                    else:
-                        append(new(ShardMessage, (journal, off, None if ts == no_ts else ts, typ, key, value)))
-                    pos += total
-                    expect += 1
-            except struct.error:
-                pass
-            limit -= len(out)
-        if journal is None:
-            for _ in range(limit):
-                ks = buf[pos + HEADER_SIZE - 1]
-                off, ts, typ, _ks, key, vs = keyed[ks](buf, pos)
-                vpos = pos + HEADER_SIZE + SIZE_FIELD + ks
-                nxt = vpos + vs + SIZE_FIELD
-                if off != expect or i32(buf, nxt - SIZE_FIELD)[0] != nxt - pos:
-                    break
-                append(new(Message, (off, None if ts == no_ts else ts, typ, key, buf[vpos : nxt - SIZE_FIELD])))
-                pos = nxt
-                expect += 1
+        for expect in range(expect + 1, expect + limit):  # noqa: B020
+            ks = buf[pos + 17]
+            size, off, ts, typ, _ks, key, vs = chained[ks](buf, pos - 4)
+            if size != total or off != expect:
+                break
+            vpos = pos + 22 + ks
+            total = 26 + ks + vs
+            pos += total
+            if journal is None:
+                append(new(Message, (off, None if ts == no_ts else ts, typ, key, buf[vpos : pos - 4])))
             else:
-                stopped = False
+                append(new(ShardMessage, (journal, off, None if ts == no_ts else ts, typ, key, buf[vpos : pos - 4])))
         else:
-            for _ in range(limit):
-                ks = buf[pos + HEADER_SIZE - 1]
-                off, ts, typ, _ks, key, vs = keyed[ks](buf, pos)
-                vpos = pos + HEADER_SIZE + SIZE_FIELD + ks
-                nxt = vpos + vs + SIZE_FIELD
-                if off != expect or i32(buf, nxt - SIZE_FIELD)[0] != nxt - pos:
-                    break
-                append(new(ShardMessage, (journal, off, None if ts == no_ts else ts, typ, key,
-                                          buf[vpos : nxt - SIZE_FIELD])))  # fmt: skip
-                pos = nxt
-                expect += 1
-            else:
-                stopped = False
+            stopped = False
     except (IndexError, struct.error):
         pass
+    if not (pos <= len(buf) and I32.unpack_from(buf, pos - 4)[0] == total):
+        del out[-1]
+        pos -= total
+        stopped = True
     return out, pos, stopped
 
 

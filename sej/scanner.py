@@ -7,6 +7,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
+from itertools import chain
 from operator import length_hint
 from typing import Literal
 
@@ -334,8 +335,13 @@ class Scanner:
         return True
 
     def __iter__(self) -> Iterator[Message]:
+        # chain takes each message from the batch's iterator in C: no Python step a message.
+        return chain.from_iterable(self._batches())
+
+    def _batches(self) -> Iterator[Iterator[Message]]:
+        """The current batch's iterator, then each next one's (`_it`, so `offset` follows what is taken)."""
         while True:
-            yield from self._it
+            yield self._it
             if not self._next_batch():
                 return
 
