@@ -30,23 +30,45 @@ def test_a_push_goes_before_the_pass_over_every_journal_that_follows_it_at_once(
         reports = run.reports
         wait_until(lambda: all(_at_hub(hub, j) == sej.next_offset(str(src / j)) for j in journals), scaled(30),
                    "the first copy")  # fmt: skip
-        for j in journals[:3]:
-            seen = len(reports)
-            with sej.Writer(str(src / j), durability="flush") as w:
-                w.append(b"pushed")
-            want = sej.next_offset(str(src / j))
-            wait_until(lambda j=j, want=want: _at_hub(hub, j) == want, scaled(20), "the append at the hub")
-            # The next pass comes at once, not after poll_interval (an hour): the pass over every journal owed.
-            wait_until(lambda seen=seen: any(r.complete for r in reports[seen:]), scaled(20),
-                       "the pass over every journal, right after")  # fmt: skip
-            got = reports[seen:]
-            first = next(k for k, r in enumerate(got) if any(o.journal == j and o.result is not None
-                                                             and o.result.messages for o in r.outcomes))  # fmt: skip
-            copied = got[first]
-            assert copied.named and not copied.complete and len(copied.outcomes) < len(journals), (
-                "the pushed journal was copied by the pass over every journal"
+        client = run.hub._clients[0]
+
+        def idle() -> bool:
+            """No pass under way, owed or pushed for (the whole state's first push names none: a pass over every
+            journal), and the pushed state trusted: the next pass is the append's."""
+            busy = client._pass
+            settled = getattr(client.remote, "_make", None)
+            return ((busy is None or not busy.is_alive()) and not client.full_owed and client.last_ok
+                    and client._named == set() and not client.pushed.is_set()
+                    and settled is not None and settled.settled_for() > 0)  # fmt: skip
+
+        def copier(j: str, seen: int) -> int | None:
+            """The index of the report after `seen` that copied an append of `j`."""
+            return next(
+                (
+                    k
+                    for k in range(seen, len(reports))
+                    if any(o.journal == j and o.result is not None and o.result.messages for o in reports[k].outcomes)
+                ),
+                None,
             )
-            assert any(r.complete for r in got[first + 1 :])
+
+        for j in journals[:3]:
+            with sej.Writer(str(src / j), durability="flush") as w:  # opening it may be pushed: passed first
+                wait_until(idle, scaled(20), "the hub idle")
+                seen = len(reports)
+                w.append(b"pushed")
+                w.flush()
+                want = sej.next_offset(str(src / j))
+                wait_until(lambda seen=seen, j=j: copier(j, seen) is not None, scaled(20), "the append's pass")
+                k = copier(j, seen)
+                assert k is not None and _at_hub(hub, j) == want
+                assert reports[k].named and not reports[k].complete and len(reports[k].outcomes) < len(journals), (
+                    "the pushed journal was copied by the pass over every journal",
+                    [(r.named, r.complete, len(r.outcomes), r.messages) for r in reports[seen:]],
+                )
+                # The next pass comes at once, not after poll_interval (an hour): the pass over every journal owed.
+                wait_until(lambda k=k: any(r.complete for r in reports[k + 1 :]), scaled(20),
+                           "the pass over every journal, right after")  # fmt: skip
     assert_identical(str(src), str(hub))
 
 
@@ -60,8 +82,8 @@ def test_run_forever_settles_the_heap_after_a_complete_pass_and_leaves_it_as_it_
     frozen: list[int] = []
 
     def on_report(report: ClientReport) -> None:
-        reports.append(report)
         frozen.append(gc.get_freeze_count())
+        reports.append(report)  # last: the test waits on it
 
     with Hub(config, records=False) as h:
         t = threading.Thread(target=h.run_forever, args=(stop, on_report), daemon=True)
