@@ -61,7 +61,6 @@ class JournalStatus:
     error: str | None = None  # the last pass's error for this journal
 
 
-
 @dataclass
 class ClientStatus:
     """One client: its passes, errors and journals."""
@@ -98,8 +97,8 @@ class ClientStatus:
     def to_json(self) -> dict[str, Any]:
         # Shallow copies, not asdict: its deep copy of a thousand journals took 5% of a busy daemon's time.
         doc = {f.name: getattr(self, f.name) for f in fields(self)}
-        doc.update(errors=dict(self.errors), pass_buckets=list(self.pass_buckets),
-                   journals={name: dict(vars(j)) for name, j in sorted(self.journals.items())})  # its fields only
+        doc.update(errors=dict(self.errors), pass_buckets=list(self.pass_buckets),  # a JournalStatus's __dict__:
+                   journals={name: dict(vars(j)) for name, j in sorted(self.journals.items())})  # fmt: skip
         return doc
 
 
