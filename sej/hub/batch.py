@@ -387,6 +387,7 @@ class _Pass:
         self.outcomes: dict[str, JournalOutcome] = {}
         self.remote = False
         self.reads_seen = False
+        self.one_stream = False
         self.idle: queue.SimpleQueue[int] = queue.SimpleQueue()  # the kept sources a copy may borrow
         self.pool: ThreadPoolExecutor | None = None  # the workers' calls and big copies (while `run` copies)
         self.local_pool: ThreadPoolExecutor | None = None  # the copies of what was read ahead
@@ -405,6 +406,9 @@ class _Pass:
             # as a pool thread would.
             self.remote = self.lister.remote
             self.reads_seen = self.lister.reads_seen  # SftpSource.read_seen: a read without an lstat first
+            # sej serve (the daemon's sources say so): every call goes over the one pipelined stream, so spreading a
+            # phase's calls over the workers' sources only cost a thread each (started anew each pass).
+            self.one_stream = bool(getattr(self.lister, "one_stream", False))
             for k in range(self.workers if self.kept is not None else 0):
                 self.idle.put(k)
             unchanged = len(plans) - len(work)
@@ -448,8 +452,9 @@ class _Pass:
         return _spread(self.pool, self.own_source, calls, self.workers)
 
     def many(self) -> Callable[[list[Call]], list[Any]]:
-        """Where the reads and commits go: the workers' sources over SFTP, the lister's thread locally."""
-        return self.spread if self.remote else self.lister.many
+        """Where the reads and commits go: the workers' sources over SFTP, the lister's thread locally or over one
+        stream."""
+        return self.spread if self.remote and not self.one_stream else self.lister.many
 
     def find_journals(self) -> list[str]:
         """The source's journals; those the state knows no longer are forgotten, and what is not one is reported."""
@@ -528,7 +533,7 @@ class _Pass:
         """Commit the last round's hub offsets and look for the grown journals' next segments (follow_up) at once:
         over the network, the follow-up's lstats (on the lister) go while the commits (on the workers' sources)
         wait for their fsyncs on the producer, a round trip less."""
-        if not self.remote or not grown or not done:
+        if not self.remote or self.one_stream or not grown or not done:  # one stream: nothing beside the commits
             self.commit(done)
             return self.follow_up(grown, stalled)
         for _p, o, _src in done:  # the follow-up looks for the segments named by the copies' new tails

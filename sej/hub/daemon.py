@@ -258,6 +258,9 @@ class _Watched:
         self.reads_seen = src.reads_seen
         self.round_trip = src.round_trip
         self.defers_commit = src.defers_commit
+        # sej serve's (ServeSource.commit_later): every call of the connection's Sources goes over one pipelined
+        # stream, so a pass sends a phase's calls from its own thread (sej.hub.batch._Pass.many).
+        self.one_stream = getattr(src, "commit_later", None) is not None
 
     @property
     def broken(self) -> bool:
