@@ -264,12 +264,10 @@ def decode_batch(
     return out, pos, problem
 
 
-_KEYED = [struct.Struct(f">QqBb{ks}sI").unpack_from for ks in range(MAX_KEY + 1)]
-"""Per key size: a frame's offset, timestamp, type, key size, key and value size (unsigned: a negative
-one becomes a size past any buffer), in one call."""
-
 _CHAINED = [struct.Struct(f">iQqBb{ks}sI").unpack_from for ks in range(MAX_KEY + 1)]
-"""_KEYED's fields read 4 bytes early: the trailing size field of the frame before comes in the same call."""
+"""Per key size, read from 4 bytes before a frame: the trailing size field of the frame before, then the frame's
+offset, timestamp, type, key size, key and value size (unsigned: a negative one becomes a size past any buffer),
+in one call."""
 
 # The loops below spell the layout's sizes as literals (a module constant costs a lookup per frame): 17 is the
 # key size byte (HEADER_SIZE - 1), 22 the key (HEADER_SIZE + SIZE_FIELD after the value size), 26 OVERHEAD.
