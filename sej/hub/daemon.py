@@ -87,6 +87,10 @@ that a push started looks only at the journals pushed since the last pass began 
 due): the others' pushed state has not changed since a pass found them copied, and planning and probing every one of
 a thousand journals cost each push's pass tens of ms of the hub's CPU."""
 
+OWED_AT_MOST = 2.0
+"""Seconds a pass over every journal, once due, may wait behind passes over journals pushed since (every journal
+appended at once is pushed in bursts over a tenth of a second or so: each burst's pass goes before it)."""
+
 _PER_JOURNAL = ("tails", "committed", "sums", "stalled", "pending", "commit_due", "swept")
 """What a CopyState keeps per journal (a pass over some journals works on a CopyState of theirs: _Client.run_pass)."""
 
@@ -380,6 +384,7 @@ class _Client:
         self._named_lock = threading.Lock()
         self.full_at = -FULL_EVERY  # when the last pass over every journal began (time.monotonic())
         self.full_owed = False  # a pass over every journal was due, and the pushed journals went first: it follows
+        self.owed_since = 0.0  # when it became owed (time.monotonic())
         self.beat: float | None = None  # monotonic time run_pass_bounded last looked at its pass; None outside
         self.commit_later = False  # run_forever's: commits over sej serve are not waited for (_Watched.many)
         self._commits: list[tuple[str, int, Any]] = []  # those under way: (journal, hub offset, the call)
@@ -564,15 +569,17 @@ class _Client:
         deferred commit is due; None (every journal) unless over sej serve in run_forever with a pushed state that
         answers every call, the last pass went well, and a push named them all. When FULL_EVERY has passed, the
         pushed journals still go first, in a pass of their own, and the pass over every journal follows at once
-        (`full_owed`): a push does not wait for the work on the others."""
+        (`full_owed`) unless more were pushed meanwhile, for OWED_AT_MOST: a push does not wait for the work on the
+        others."""
         with self._named_lock:
             named, self._named = self._named, set()
         settled = getattr(getattr(self.remote, "_make", None), "settled_for", None) if self.pushes else None
-        if (named is None or not named or settled is None or not self.forever or not last_ok or self.full_owed
-                or settled() <= 0):  # fmt: skip
+        if (named is None or not named or settled is None or not self.forever or not last_ok or settled() <= 0
+                or (self.full_owed and now - self.owed_since >= OWED_AT_MOST)):  # fmt: skip
             self.full_at, self.full_owed = now, False
             return None
-        self.full_owed = now - self.full_at >= FULL_EVERY
+        if not self.full_owed and now - self.full_at >= FULL_EVERY:
+            self.full_owed, self.owed_since = True, now
         return named | {j for j, _value in self.state.due(now)}
 
     def sent_commits(self, calls: list[Call], sent: list[Any]) -> None:
