@@ -284,6 +284,8 @@ def _decode_run(buf: bytes, pos: int, expect: int, limit: int, journal: str | No
     the trailing size field are compared. The caller finds the Problem with check_frame.
     """
     out: list[Any] = []
+    if limit <= 0:  # nothing asked (the first frame below is taken before any comparison with `limit`)
+        return out, pos, False
     append = out.append
     new = _new_message
     no_ts = NO_TIMESTAMP

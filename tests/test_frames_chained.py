@@ -122,3 +122,12 @@ def test_scanner_iteration_stops_at_a_damaged_trailing_size_field(tmp_path) -> N
         for m in s:
             got.append(m.offset)
     assert got == list(range(199))
+
+
+@pytest.mark.parametrize("limit", [0, -1, -(2**62)])
+@pytest.mark.parametrize("uniform", [True, False])
+def test_a_limit_of_nothing_decodes_nothing(limit: int, uniform: bool) -> None:
+    """No frame is taken when `limit` asks for none, whether the bytes start with frames of one size or not."""
+    buf = b"".join(frame(i, 0, 0, b"k" if uniform else b"k" * (i % 3), b"v" if uniform else b"v" * (i % 5))
+                   for i in range(6))  # fmt: skip
+    assert decode_batch(buf, 0, len(buf), 0, limit) == ([], 0, None)
