@@ -40,7 +40,7 @@ from ..fsutil import HAVE_SYNCFS
 from ..layout import list_segments, parse_segment_name, segment_name
 from ..shard.name import parse_shard
 from . import copy as hub_copy
-from .copy import CHECK_WINDOW, CopyResult, Destinations, Seen, SumsMark, SyncBatch, copy_journal, open_journals
+from .copy import CHECK_WINDOW, CopyResult, Destinations, SumsMark, SyncBatch, copy_journal, open_journals
 from .copy_state import CopyState, Tail
 from .names import destination_name
 from .source import Call, Source, SourceSegment
@@ -260,9 +260,8 @@ class _Plan:
     """One journal's work in a pass."""
 
     def __init__(self, journal: str, dest_dir: str, tail: Tail | None, committed: int | None,
-                 mark: SumsMark | None = None, seen: Seen | None = None) -> None:  # fmt: skip
+                 mark: SumsMark | None = None) -> None:  # fmt: skip
         self.journal, self.dest_dir, self.tail = journal, dest_dir, tail
-        self.seen = seen  # the hub's last segment file as the state's check lstat'ed it (copy_journal's `seen`)
         self.committed = committed
         self.mark = mark  # how far the last pass read the checksum file of the hub's last segment
         self.segments: list[SourceSegment] | None = None  # the source's, as listed (or probed)
@@ -479,9 +478,7 @@ class _Pass:
                 log.error("%s", e, extra={"client": self.client_id, "journal": j})
                 self.outcomes[j] = JournalOutcome(j, None, e)
                 continue
-            tail, st = self.state.tail_seen(j, d)
-            plans.append(_Plan(j, d, tail, self.state.expected(j), self.state.mark(j),
-                               None if tail is None or st is None else (tail.segment, st)))  # fmt: skip
+            plans.append(_Plan(j, d, self.state.tail(j, d), self.state.expected(j), self.state.mark(j)))
         return plans
 
     def probe(self, plans: list[_Plan]) -> list[_Plan]:
@@ -623,9 +620,7 @@ class _Pass:
         src = Prefetched(source, p.segments, p.data, p.committed, p.sums, p.mark, self.lister)
         try:
             result = copy_journal(src, p.journal, self.dest_root, self.client_id, self.reader, self.stop,
-                                  self.on_bytes, destinations=self.destinations, batch=synced,
-                                  seen=p.seen)  # fmt: skip
-            p.seen = None  # a further layer's copy looks again
+                                  self.on_bytes, destinations=self.destinations, batch=synced)  # fmt: skip
             return p, JournalOutcome(p.journal, result, None, *seen_lag(p.segments, p.hub_tail, result)), src
         except Exception as e:  # reported per journal; the others go on
             log.error("%s", e, extra={"client": self.client_id, "journal": p.journal})

@@ -66,10 +66,6 @@ class CopyResult(NamedTuple):
     sums: SumsMark | None = None  # how far the producer's checksum file of `segment` was read: the next copy reads on
 
 
-Seen = tuple[str, os.stat_result]
-"""A hub segment file's name and its lstat, as a pass just took it (CopyState.tail_seen)."""
-
-
 class SumsMark(NamedTuple):
     """How far a copy read the producer's checksum file of a segment, so that the next copy reads only what follows.
 
@@ -232,10 +228,10 @@ class _Destination:
         assert self.seg is not None
         return os.fstat(self.seg.fd).st_dev
 
-    def still_current(self, seen: Seen | None = None) -> bool:
+    def still_current(self) -> bool:
         """Whether the files this holds open are still the journal's (same inodes; the segment at the size
-        written): nothing else may have removed, replaced or changed them since. `seen`: (a segment file's name,
-        its lstat) taken by the pass that is about to copy, used when it is this segment's, not taken again."""
+        written): nothing else may have removed, replaced or changed them since. Looked at now, just before the
+        copy writes (not from a stat the pass took earlier: the file may have been replaced since)."""
         if self.seg is None:
             return False
         try:
@@ -243,10 +239,7 @@ class _Destination:
             if held is None or held[0] is not self.seg.file:  # an open file's inode never changes: fstat'ed once
                 seg, lock = os.fstat(self.seg.fd), os.fstat(self.lock.fileno())
                 held = self._held = (self.seg.file, (seg.st_dev, seg.st_ino), (lock.st_dev, lock.st_ino))
-            if seen is not None and seen[0] == segment_name(self.seg.first):
-                there = seen[1]
-            else:
-                there = os.stat(segment_path(self.dir, self.seg.first), follow_symlinks=False)
+            there = os.stat(segment_path(self.dir, self.seg.first), follow_symlinks=False)
             if (there.st_dev, there.st_ino) != held[1] or there.st_size != self.seg.size:  # same inode: its size
                 return False
             there = os.stat(writer_lock_path(self.dir), follow_symlinks=False)
@@ -393,13 +386,12 @@ class Destinations:
         self._open: OrderedDict[str, _Destination] = OrderedDict()
         self._lock = threading.Lock()
 
-    def take(self, dir: str, seen: Seen | None = None) -> _Destination:
-        """The hub's journal `dir`, kept open if it still is current (`seen`: see _Destination.still_current), else
-        opened now."""
+    def take(self, dir: str) -> _Destination:
+        """The hub's journal `dir`, kept open if it still is current (_Destination.still_current), else opened now."""
         with self._lock:
             dest = self._open.pop(dir, None)
         if dest is not None:
-            if dest.still_current(seen):
+            if dest.still_current():
                 dest.ahead = False
                 return dest
             dest.close()
@@ -605,7 +597,6 @@ def copy_journal(
     chunk: int = CHUNK,
     destinations: Destinations | None = None,
     batch: SyncBatch | None = None,
-    seen: Seen | None = None,
 ) -> CopyResult:
     """Copy what `dest_root/<client_id>.<journal>` lacks of the source journal; then commit `reader`.
 
@@ -613,13 +604,12 @@ def copy_journal(
     shrank, was rewritten, has a gap or a corrupt frame; nothing already copied
     is changed then. With `destinations`, the hub's journal is taken from there and left
     open there after a successful copy. With `batch`, the copy's last bytes are made durable
-    by `batch.sync()`, so the source must keep the commit for after it (`defers_commit`). `seen`: the hub's
-    segment file as the caller just lstat'ed it (see _Destination.still_current).
+    by `batch.sync()`, so the source must keep the commit for after it (`defers_commit`).
     """
     if batch is not None and not source.defers_commit:
         raise ValueError("a copy made durable by a SyncBatch needs a source that commits after it")
     dest_dir = os.path.join(dest_root, destination_name(client_id, journal))
-    dest = destinations.take(dest_dir, seen) if destinations is not None else _Destination(dest_dir)
+    dest = destinations.take(dest_dir) if destinations is not None else _Destination(dest_dir)
     kept = False
     try:
         result = _copy_into(dest, source, journal, dest_dir, client_id, reader, stop, on_bytes, chunk,

@@ -137,23 +137,17 @@ class CopyState:
             log.warning("%s: cannot save the hub's copy state: %s", self.path, e)
 
     def tail(self, journal: str, dest_dir: str) -> Tail | None:
-        return self.tail_seen(journal, dest_dir)[0]
-
-    def tail_seen(self, journal: str, dest_dir: str) -> tuple[Tail | None, os.stat_result | None]:
-        """The journal's Tail if the hub's segment file still has its size, with that file's lstat (the copy's
-        look at the journal it keeps open uses it: sej.hub.copy.Destinations.take)."""
         t = self.tails.get(journal)
         if t is None or not t.segment:
-            return None, None
+            return None
         try:
-            st = os.stat(os.path.join(segment_dir(dest_dir), t.segment), follow_symlinks=False)
-            if st.st_size == t.size:
-                return t, st
+            if os.stat(os.path.join(segment_dir(dest_dir), t.segment), follow_symlinks=False).st_size == t.size:
+                return t
         except OSError:
             pass
         del self.tails[journal]
         self.changed = True
-        return None, None
+        return None
 
     def remember(self, result: CopyResult) -> None:
         t = Tail(result.segment, result.size, result.next_offset)
