@@ -124,10 +124,13 @@ except ImportError:  # not Linux
 class _DirCallback:
     """watchdog's WatchCallback for one directory: calls `on_change(created)` for each event in it."""
 
-    def __init__(self, on_change: Callable[[bool], None], gone: Callable[[], object]) -> None:
-        self.on_change, self.gone = on_change, gone
+    def __init__(self, on_change: Callable[[bool], None], gone: Callable[[], object],
+                 ignore: tuple[bytes, ...] = ()) -> None:  # fmt: skip
+        self.on_change, self.gone, self.ignore = on_change, gone, ignore
 
     def on_event(self, event: InotifyEvent) -> None:
+        if self.ignore and event.name.startswith(self.ignore):
+            return
         self.on_change(not event.is_modify)
 
     def on_watch_deleted(self, wd: object) -> None:
@@ -144,7 +147,8 @@ class DirWatch:
     directories left out. `DirWatch.available()` is False where there is no inotify.
 
     `add(path, on_change)` calls `on_change(created)` on watchdog's thread for every file created,
-    modified, moved or removed in `path` (`created`: anything but a modification).
+    modified, moved or removed in `path` (`created`: anything but a modification), but those whose name starts
+    with one of `ignore`.
     """
 
     @staticmethod
@@ -159,11 +163,11 @@ class DirWatch:
         """Whether `path` is watched now (a watch ends when its directory goes)."""
         return path in self._watches
 
-    def add(self, path: str, on_change: Callable[[bool], None]) -> bool:
+    def add(self, path: str, on_change: Callable[[bool], None], ignore: tuple[str, ...] = ()) -> bool:
         """Watch `path`; False if it is gone (or not a directory)."""
         if path in self._watches:
             return True
-        cb = _DirCallback(on_change, lambda: self._watches.pop(path, None))
+        cb = _DirCallback(on_change, lambda: self._watches.pop(path, None), tuple(os.fsencode(n) for n in ignore))
         try:
             wd = self._fd.add_callback(os.fsencode(path), Mask(_DIR_MASK), cb, CallbackId(id(cb)))
         except OSError as e:

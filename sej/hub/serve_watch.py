@@ -26,8 +26,8 @@ from watchdog.events import (
 )
 
 from ..errors import InvalidArgumentError
-from ..layout import OFFSET_DIR, RETENTION_LOCK, WRITER_LOCK
-from ..watch import Subscription
+from ..layout import INDEX_DIR, OFFSET_DIR, RETENTION_LOCK, SEGMENT_DIR, WRITER_LOCK
+from ..watch import DirWatch, Subscription
 from . import serve_protocol as wire
 from .names import check_journal_name
 
@@ -47,6 +47,9 @@ IGNORED = (OFFSET_DIR, WRITER_LOCK, RETENTION_LOCK)
 """What changes in a journal's directory without new bytes for the hub: readers' offsets (the hub's own commits
 among them: a push for each would be a pass for nothing) and the writer's lock file."""
 
+MAX_WATCHED = 1 << 16
+"""Journals watched at most (DirWatch: three directories each); others are seen by the whole state every 15 s."""
+
 
 class _Changes(FileSystemEventHandler):
     def __init__(self, pusher: Pusher) -> None:
@@ -58,7 +61,15 @@ class _Changes(FileSystemEventHandler):
 
 
 class Pusher:
-    """Watches `path` (recursively) and sends CHANGED frames through `send`, one per burst of events.
+    """Watches `path` and sends CHANGED frames through `send`, one per burst of events.
+
+    With inotify (sej.watch.DirWatch) only the directories that hold news are watched: the root (journals made,
+    moved, removed), each journal's directory (its jnl/ and idx/ made) and its jnl/ and idx/, never its ofs/. A
+    recursive watch also had the kernel report every offset commit (the hub's own: a thousand after each pass of
+    a thousand journals, five events each for a first commit, and a new ofs/ directory to add a watch for), which
+    watchdog's thread turned into events one by one, in the same queue as the appends' and competing for the
+    GIL with the listing: an append made while the hub's first commits were made (the initial copy's, 1,000 of
+    them) was heard of only once they were all done, 0.25 s later. Elsewhere one recursive watch covers `path`.
 
     `journal`: the one journal served, when `path` is that journal; else each journal is the first
     component of a changed path below `path` (the root's own changes, a new journal, name none: []).
@@ -80,9 +91,17 @@ class Pusher:
         # journals), the bursts go on being pushed (`state(None)` pushes again after it those it listed before
         # their push). False: no whole state under way.
         self._whole_busy = False
+        self._rescan = False  # the root changed: watch the journals not watched yet, before the whole state
+        self._fresh: set[str] = set()  # journals whose directory had an entry made: watch their jnl/ and idx/
         self._thread = threading.Thread(target=self._run, name="sej-serve-push", daemon=True)
         self._thread.start()
-        self._sub = Subscription(path, _Changes(self), recursive=True, event_filter=list(EVENTS))
+        self._dirs: DirWatch | None = None
+        self._sub: Subscription | None = None
+        if DirWatch.available():
+            self._dirs = DirWatch()
+            self._watch_root()  # before the whole state is listed: nothing falls between them
+        else:
+            self._sub = Subscription(path, _Changes(self), recursive=True, event_filter=list(EVENTS))
         if state is not None:
             self.refresh()  # the whole state, listed after the watch began: nothing falls between them
 
@@ -90,6 +109,58 @@ class Pusher:
         """Send every journal's state (version 2) at the next burst, now if there is none under way."""
         with self._cond:
             self._all = True
+            self._cond.notify()
+
+    def _watch_root(self) -> None:
+        """Watch the root and each journal in it not watched yet (or the one journal served): DirWatch."""
+        dirs = self._dirs
+        if dirs is None:
+            return
+        if self.journal is not None:
+            self._watch_journal(self.path, self.journal)
+            return
+        dirs.add(self.path, self._root_changed)
+        try:
+            with os.scandir(self.path) as entries:
+                for _, e in zip(range(MAX_WATCHED), entries):
+                    try:
+                        name = check_journal_name(e.name)
+                        if e.is_dir(follow_symlinks=False):
+                            self._watch_journal(e.path, name)
+                    except (InvalidArgumentError, OSError):
+                        continue  # not a journal (the listing says so), or gone meanwhile
+        except OSError as e:  # the whole state lists it and says why
+            log.debug("sej serve %s: cannot watch its journals: %s", self.path, e)
+
+    def _watch_journal(self, path: str, name: str) -> None:
+        """Watch journal `name`'s directory `path`, its jnl/ and its idx/ (those there now; a directory made later is
+        watched at its directory's event, before the push it causes lists it). Watches only: the inotify mask never
+        follows the last link of a path (IN_DONT_FOLLOW) nor watches a non-directory (IN_ONLYDIR), and what is read
+        is read by the listing, which follows none; an event is a hint."""
+        dirs = self._dirs
+        if dirs is None or not dirs.add(path, lambda created: self._journal_changed(name, created), IGNORED):
+            return  # gone, or not a directory (a link)
+        for sub in (SEGMENT_DIR, INDEX_DIR):
+            dirs.add(os.path.join(path, sub), lambda _created: self._journal_changed(name, False))
+
+    def _root_changed(self, created: bool) -> None:
+        """Something changed in the root (a journal made, moved or removed, or a file): the whole state, after the
+        journals not watched yet are."""
+        with self._cond:
+            self._all = self._rescan = True
+            self._cond.notify()
+
+    def _journal_changed(self, name: str, created: bool) -> None:
+        """Journal `name` changed (`created`: an entry made, moved or removed in its directory: its jnl/ or idx/ may
+        be new, and is watched before the push lists it). Not for its ofs/ (made by the hub's first commit) and lock
+        files (IGNORED)."""
+        with self._cond:
+            if created:
+                self._fresh.add(name)
+            if len(self._changed) >= MAX_PENDING:
+                self._all = True
+            else:
+                self._changed.add(name)
             self._cond.notify()
 
     def _below(self, changed: str) -> str:
@@ -129,15 +200,27 @@ class Pusher:
                     self._cond.wait()
                 if self._closed:
                     return
-                if whole and self.state is not None:  # listed in a thread of its own; the bursts go on meanwhile
+                fresh, self._fresh = self._fresh, set()
+                rescan = whole and self._rescan
+                if rescan:
+                    self._rescan = False
+                start_whole = whole and self.state is not None
+                if start_whole:  # listed in a thread of its own; the bursts go on meanwhile
                     self._all, self._whole_busy = False, True
-                    threading.Thread(target=self._whole, name="sej-serve-state", daemon=True).start()
-                    continue
-                names = [] if whole else sorted(self._changed)
-                everything = whole
-                self._changed = set()
-                if whole:
-                    self._all = False
+                else:
+                    names = [] if whole else sorted(self._changed)
+                    everything = whole
+                    self._changed = set()
+                    if whole:
+                        self._all = False
+            # The new directories are watched before they are listed: an event after the listing is seen.
+            if rescan:
+                self._watch_root()
+            for name in fresh:
+                self._watch_journal(self.path if self.journal is not None else os.path.join(self.path, name), name)
+            if start_whole:
+                threading.Thread(target=self._whole, name="sej-serve-state", daemon=True).start()
+                continue
             try:
                 for frame in self._frames(None if everything else names):
                     self.send(frame)  # each as it is made: the hub copies the first while the rest are listed
@@ -170,7 +253,10 @@ class Pusher:
         yield wire.encode(wire.changed(names or []))
 
     def close(self) -> None:
-        self._sub.close()
+        if self._sub is not None:
+            self._sub.close()
+        if self._dirs is not None:
+            self._dirs.close()
         with self._cond:
             self._closed = True
             self._cond.notify()
