@@ -88,3 +88,76 @@ def test_the_hubs_commits_are_not_watched_and_new_journals_are(tmp_path) -> None
             assert all(not set(n) & set(journals) for n in pushes.names), pushes.names  # the commits were no news
     finally:
         pusher.close()
+
+
+@pytest.mark.parametrize("burst_ends", [True, False])
+def test_a_whole_state_is_listed_after_the_burst_under_way_or_after_yield_at_most(tmp_path, monkeypatch,
+                                                                                 burst_ends) -> None:  # fmt: skip
+    """The refresh of the whole state (every 15 s) and a burst listed at once each went at half speed: the whole
+    state's listing waits for the burst under way, and lists on after YIELD_AT_MOST when bursts never end."""
+    import sej.hub.serve_server as server
+
+    root = tmp_path / "root"
+    produce(str(root), 20)
+    journals = sorted(os.listdir(root))
+    session = server.Session(str(root))
+    session.version, session._asked = 3, str(root)
+    list(session.state_frames(None))  # the first whole state: what the pushes add to
+    for j in journals:
+        with sej.Writer(str(root / j), durability="flush") as w:
+            w.append(b"new")
+    monkeypatch.setattr(server, "YIELD_AT_MOST", scaled(60) if burst_ends else 0.05)
+    burst = session.state_frames(journals)
+    first = next(burst)  # under way: suspended after its frame, as while the pusher sends it
+    assert first
+    whole: list[bytes] = []
+    lister = threading.Thread(target=lambda: whole.extend(session.state_frames(None)))
+    lister.start()
+    try:
+        if burst_ends:
+            wait_until(lambda: session.yields > 0, scaled(10), "the whole state waiting for the burst")
+            assert lister.is_alive() and not whole  # it waits in _yield until the burst ends (or a minute)
+            assert next(burst, None) is None  # the burst ends
+        lister.join(scaled(30))
+        assert not lister.is_alive() and whole, "the whole state did not come"
+        d = wire.Decoder()
+        d.feed(whole[0])
+        full, got, _gone, _skipped, _more, _pushed = wire.parse_state(d.next(), 3)
+        assert full and sorted(got) == journals
+    finally:
+        burst.close()
+        lister.join(scaled(30))
+
+
+def test_a_refresh_of_the_whole_state_names_the_journals_it_changed_only(tmp_path) -> None:
+    """The whole state asked for every 15 s catches what the watch missed: the hub's passes look at the journals whose
+    listing it changed, not at every journal (a pass over every journal at each refresh took the hub's CPU from the
+    pushed journals' passes), and at none when it changed nothing. The first whole state names every journal ([])."""
+    from .test_hub_serve_protocol import serving
+
+    root = tmp_path / "root"
+    produce(str(root), 40)
+    journals = sorted(os.listdir(root))
+    j = journals[3]
+    conn = serving(str(root))
+    pushes: list[list[str]] = []
+    try:
+        conn.watch(pushes.append)
+        wait_until(lambda: conn.state is not None, scaled(10), "the whole state")
+        assert pushes == [[]]
+        # A change the watch does not see: the segment written through a hard link in a directory not watched.
+        seg = sej.list_segments(str(root / j))[-1].path
+        side = tmp_path / "side"
+        side.mkdir()
+        os.link(seg, side / "link")
+        with open(side / "link", "ab") as f:
+            f.write(b"x" * 10)
+        os.unlink(side / "link")
+        for expected in ([[], [j]], [[], [j]]):  # then a refresh that changes nothing: no push at all
+            at = conn.state_at
+            conn.watch(pushes.append)  # what a pass does after STATE_TRUST / 2 (Connection.known)
+            wait_until(lambda: conn.state_at > at, scaled(10), "a new whole state")  # noqa: B023
+            assert pushes == expected, pushes
+        assert conn.state is not None and conn.state[j][-1][2] == os.path.getsize(seg)
+    finally:
+        conn.close()

@@ -43,6 +43,12 @@ GATHER = 16 << 20
 COMMIT_THREADS = 8
 """Threads of a batch of commits (sej.hub.serve_commit): opening files not kept, renames, a small run's fsyncs."""
 
+YIELD_AT_MOST = 1.0
+"""Seconds a whole state's listing waits in all for the bursts under way (each burst's journals are listed before the
+whole state's next journal is): two threads listing at once each went at half speed, and a burst of a thousand
+appends made while the refresh (every 15 s) was listed went out twice as slowly. After that it lists on: a producer
+that appends without a pause still gets its whole state."""
+
 PUSH_EVERY = 0.02
 """Seconds of listing (and reading) after which the journals listed so far go out in a STATE of their own: the
 hub starts copying a burst of a thousand appends while the server lists the rest."""
@@ -193,6 +199,9 @@ class Session:
         self._watch_source: Any = None
         self._listed: dict[str, dict[str, tuple[int, int]]] = {}  # journal -> segment -> (size, sums size) last pushed
         self._pushed_at: dict[str, float] = {}  # journal -> when a burst last listed it (time.monotonic())
+        self._bursts = threading.Condition()
+        self._bursting = 0  # bursts under way (_changed_state); a whole state's listing waits for them (YIELD_AT_MOST)
+        self.yields = 0  # times a whole state's listing waited for a burst
         self.decoder = wire.Decoder()
         self.source: Any = None  # after the hello: a LocalSource (or _OneJournal)
         self.source_root = self.root  # the directory its journals are in
@@ -336,8 +345,10 @@ class Session:
         journals, skipped = source.journals(), source.skipped()
         entries: list[tuple[str, list[tuple[str, int]] | None]] = []
         listed_at: dict[str, float] = {}
+        budget = time.monotonic() + YIELD_AT_MOST
         with _held(source) as held:
             for j in journals:
+                self._yield(budget)
                 listed_at[j] = time.monotonic()
                 with held.holding(j):
                     entries += self._list(held, [j])[0]
@@ -355,7 +366,29 @@ class Session:
         if again:  # each sent, news or not: the whole state just told the hub an older listing
             yield from self._changed_state(source, again, every=True)
 
+    def _yield(self, budget: float) -> None:
+        """Wait while a burst is under way, until time.monotonic() `budget` at most."""
+        with self._bursts:
+            if self._bursting:
+                self.yields += 1
+            for _ in range(1 << 30):  # until no burst is under way, or the budget is spent
+                left = budget - time.monotonic()
+                if not self._bursting or left <= 0:
+                    return
+                self._bursts.wait(left)
+
     def _changed_state(self, source: Any, names: list[str], every: bool = False) -> Iterator[bytes]:
+        """STATE frames of the journals `names` (a burst: a whole state's listing waits for it, _yield)."""
+        with self._bursts:
+            self._bursting += 1
+        try:
+            yield from self._changed_frames(source, names, every)
+        finally:
+            with self._bursts:
+                self._bursting -= 1
+                self._bursts.notify_all()
+
+    def _changed_frames(self, source: Any, names: list[str], every: bool) -> Iterator[bytes]:
         """STATE frames of the journals `names`, each listed and its new bytes read at once, its directories opened
         once for both (_Held): a burst of a thousand appends costs the server a third fewer system calls. A journal
         with no news since its last push is left out (not if `every`), and a burst with none sends nothing."""

@@ -121,6 +121,7 @@ class Connection:
         self.state_skipped: dict[str, str] = {}
         self.state_at = 0.0  # when the last whole state came
         self._building: wire.State | None = None  # a whole state coming in several frames
+        self._skipped_was: dict[str, str] | None = None  # state_skipped before the whole state coming
         # Version 3's pushed bytes, joined to the end of what the last read returned (the server pushes what follows
         # it): (journal, segment) -> (start, bytes), and -> (start, header, the file from start) or None (no checksum
         # file); _kept: their bytes in all (at most PUSHED_KEPT). A journal whose copy failed is forgotten.
@@ -256,6 +257,7 @@ class Connection:
                pushed: list[wire.Pushed]) -> None:  # fmt: skip
         """A STATE pushed: the journals' segments as the server listed them after they changed (and, version 3, the
         bytes they gained)."""
+        news: list[str] | None = None  # the journals to look at ([]: any may have changed; None: none)
         with self._cond:
             for j in gone:
                 self._forget(j)
@@ -264,6 +266,7 @@ class Connection:
             for journal, name, start, data, skip, sums, check in pushed:
                 self._keep(journal, name, start, data, skip, sums, check)
             if full:
+                self._skipped_was = self.state_skipped
                 self._building, self.state_skipped = dict(got), skipped
             elif self._building is not None:
                 self._building.update(got)
@@ -274,10 +277,13 @@ class Connection:
                 for j in gone:
                     self.state.pop(j, None)
             if self._building is not None and not more:
+                news = _news(self.state, self._building, self._skipped_was != self.state_skipped)
                 self.state, self._building = self._building, None
                 self.state_at = time.monotonic()
-        if self.on_changed is not None and not more:
-            self.on_changed([] if full else sorted([*got, *gone]))
+            elif not full and not more:
+                news = sorted([*got, *gone])
+        if self.on_changed is not None and news is not None:
+            self.on_changed(news)
 
     def _settle(self, journal: str, segs: list[tuple[int, str, int]] | None) -> None:
         """Drop what is kept of `journal`'s segments that its listing `segs` no longer has, or has shorter than what
@@ -480,12 +486,13 @@ class Connection:
         return out
 
     def settled_for(self) -> float:
-        """Seconds more the pushed state answers a pass's listing and probe without asking (and before a pass asks
-        for a new whole state): 0 without a whole state (version 1, a CHANGED, not come yet) or on a failed stream."""
+        """Seconds more the pushed state answers a pass's listing and probe without asking (STATE_TRUST after it came;
+        a pass after half of that asks for a new one, and the passes meanwhile look at the pushed journals only, as
+        before): 0 without a whole state (version 1, a CHANGED, not come yet) or on a failed stream."""
         with self._cond:
             if self.state is None or self.failed is not None:
                 return 0.0
-            return max(0.0, self.state_at + STATE_TRUST / 2 - time.monotonic())
+            return max(0.0, self.state_at + STATE_TRUST - time.monotonic())
 
     def _call(self, call_id: int) -> _Call:
         with self._cond:
@@ -605,6 +612,19 @@ class Connection:
 
     def close(self) -> None:
         self._fail(SourceError(f"{self.label}: the connection to sej serve was closed"))
+
+
+def _news(old: wire.State | None, new: wire.State, skipped: bool) -> list[str] | None:
+    """What a whole state `new` tells a pass to look at, after `old`: [] (every journal) for the first, or when the
+    journals (or the directories `skipped`) are not those of `old`; else the journals whose listing is not the one
+    the state had, or that the server could not list; None if none. The whole state every 15 s catches what the
+    watch missed: a journal whose listing it did not change answers a pass as before, where a pass over it found
+    it copied (a push since named it, and FULL_EVERY's pass looks at every journal), and a pass over every journal
+    for each refresh took the hub's CPU from the pushed journals' passes for nothing."""
+    if old is None or skipped or old.keys() != new.keys():
+        return []
+    changed = [j for j, segs in new.items() if segs is None or old[j] != segs]
+    return changed or None
 
 
 class _Corrupt(CorruptionError):
