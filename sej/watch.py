@@ -176,6 +176,17 @@ class DirWatch:
         self._watches[path] = (wd, cb)
         return True
 
+    def remove(self, path: str) -> None:
+        """Stop watching `path` (if it is)."""
+        got = self._watches.pop(path, None)
+        if got is None:
+            return
+        wd, cb = got
+        try:
+            self._fd.remove_callbacks([(wd, CallbackId(id(cb)))])  # type: ignore[list-item]
+        except (OSError, KeyError) as e:  # the directory may be gone
+            log.debug("unwatch %s: %s", path, e)
+
     def close(self) -> None:
         watches, self._watches = self._watches, {}
         try:

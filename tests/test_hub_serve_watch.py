@@ -161,3 +161,25 @@ def test_a_refresh_of_the_whole_state_names_the_journals_it_changed_only(tmp_pat
         assert conn.state is not None and conn.state[j][-1][2] == os.path.getsize(seg)
     finally:
         conn.close()
+
+
+def test_a_journal_moved_aside_and_made_again_is_watched_anew(tmp_path) -> None:
+    """A watch follows its directory: a journal moved out of the root and made again under its name is watched anew
+    (the root's listing finds another inode), and its appends are pushed."""
+    root = tmp_path / "root"
+    produce(str(root), 20)
+    j = sorted(os.listdir(root))[0]
+    pushes = _Pushes()
+    pusher = Pusher(str(root), pushes.send)
+    try:
+        os.rename(root / j, tmp_path / "aside")
+        with sej.Writer(str(root / j), durability="flush") as w:
+            w.append(b"first")
+            wait_until(lambda: os.stat(root / j / "jnl").st_ino in _watched_inodes(), scaled(10),
+                       "the new journal's jnl/ watched")  # fmt: skip
+            with pushes.cond:
+                pushes.names.clear()
+            w.append(b"second")
+            wait_until(lambda: pushes.named(j), scaled(10), "a push of the new journal's append")
+    finally:
+        pusher.close()

@@ -93,6 +93,7 @@ class Pusher:
         self._whole_busy = False
         self._rescan = False  # the root changed: watch the journals not watched yet, before the whole state
         self._fresh: set[str] = set()  # journals whose directory had an entry made: watch their jnl/ and idx/
+        self._inodes: dict[str, int] = {}  # journal -> the inode of the directory watched under its name
         self._thread = threading.Thread(target=self._run, name="sej-serve-push", daemon=True)
         self._thread.start()
         self._dirs: DirWatch | None = None
@@ -120,25 +121,39 @@ class Pusher:
             self._watch_journal(self.path, self.journal)
             return
         dirs.add(self.path, self._root_changed)
+        seen: set[str] = set()
         try:
             with os.scandir(self.path) as entries:
                 for _, e in zip(range(MAX_WATCHED), entries):
                     try:
                         name = check_journal_name(e.name)
                         if e.is_dir(follow_symlinks=False):
-                            self._watch_journal(e.path, name)
+                            self._watch_journal(e.path, name, e.inode())
+                            seen.add(name)
                     except (InvalidArgumentError, OSError):
                         continue  # not a journal (the listing says so), or gone meanwhile
         except OSError as e:  # the whole state lists it and says why
             log.debug("sej serve %s: cannot watch its journals: %s", self.path, e)
+            return
+        for name in set(self._inodes) - seen:  # gone (their watches went with their directories)
+            del self._inodes[name]
 
-    def _watch_journal(self, path: str, name: str) -> None:
+    def _watch_journal(self, path: str, name: str, inode: int | None = None) -> None:
         """Watch journal `name`'s directory `path`, its jnl/ and its idx/ (those there now; a directory made later is
         watched at its directory's event, before the push it causes lists it). Watches only: the inotify mask never
         follows the last link of a path (IN_DONT_FOLLOW) nor watches a non-directory (IN_ONLYDIR), and what is read
-        is read by the listing, which follows none; an event is a hint."""
+        is read by the listing, which follows none; an event is a hint. `inode`: the directory's, as the root's
+        listing found it: a journal moved aside and made again under its name is watched anew (a watch follows the
+        directory it was added for, wherever it moves)."""
         dirs = self._dirs
-        if dirs is None or not dirs.add(path, lambda created: self._journal_changed(name, created), IGNORED):
+        if dirs is None:
+            return
+        if inode is not None:
+            if self._inodes.get(name, inode) != inode:
+                for sub in (SEGMENT_DIR, INDEX_DIR, ""):
+                    dirs.remove(os.path.join(path, sub) if sub else path)
+            self._inodes[name] = inode
+        if not dirs.add(path, lambda created: self._journal_changed(name, created), IGNORED):
             return  # gone, or not a directory (a link)
         for sub in (SEGMENT_DIR, INDEX_DIR):
             dirs.add(os.path.join(path, sub), lambda _created: self._journal_changed(name, False))
