@@ -69,3 +69,43 @@ def test_a_kept_offset_file_is_written_only_while_its_name_still_points_to_it(tm
     for j in journals:
         if j != symlinked:
             assert read_offset_file(str(ofs[j])) == 9, j
+
+
+@pytest.mark.parametrize("which", ["ofs", "journal"])
+def test_a_kept_offset_file_is_not_written_once_a_directory_on_its_path_became_a_symlink(tmp_path, which: str) -> None:
+    """The journal's ofs/ (or the journal's directory) moved out of the root, a symlink left in its place: the kept
+    file is no longer written (it now lies outside the root), the commit is refused as a fresh one is."""
+    root = tmp_path / "root"
+    (j,) = journals_root(root, 0)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    conn = serving(str(root), restrict=True)
+    try:
+        assert _commit(conn, [j], 5) == [None]  # created
+        assert _commit(conn, [j], 6) == [None]  # in place, kept
+        moved = root / j / "ofs" if which == "ofs" else root / j
+        os.rename(moved, outside / moved.name)
+        os.symlink(outside / moved.name, moved)
+        (got,) = _commit(conn, [j], 7)
+    finally:
+        conn.close()
+    assert isinstance(got, UnsafeFileError), got
+    held = outside / "ofs" / "hub.ofs" if which == "ofs" else outside / j / "ofs" / "hub.ofs"
+    assert read_offset_file(str(held)) == 6, "the file outside the root keeps its value"
+
+
+def test_a_batch_whose_root_cannot_be_opened_fails_each_commit_and_the_session_goes_on(tmp_path) -> None:
+    root = tmp_path / "root"
+    journals = journals_root(root, 5)
+    assert len(journals) >= BATCH_FROM
+    conn = serving(str(root))
+    try:
+        assert _commit(conn, journals, 5) == [None] * len(journals)
+        os.rename(root, tmp_path / "moved")
+        got = _commit(conn, journals, 6)
+        assert len(got) == len(journals) and all(isinstance(g, Exception) for g in got), got
+        os.rename(tmp_path / "moved", root)
+        assert _commit(conn, journals, 7) == [None] * len(journals), "the same session commits again"
+    finally:
+        conn.close()
+    assert all(read_offset_file(str(root / j / "ofs" / "hub.ofs")) == 7 for j in journals)

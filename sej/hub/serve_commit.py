@@ -70,14 +70,20 @@ class Kept:
         self.most = min(KEPT_FILES, _open_files_limit() // 4)
 
     def take(self, journal: str, name: str) -> tuple[int, int]:
-        """(fd, st_dev) of the kept file of `journal`'s `name`, or (-1, 0) (then it is kept no more): its path's lstat
-        (no link followed at its end) must be the same regular file, with one link, 0 or 8 bytes long."""
+        """(fd, st_dev) of the kept file of `journal`'s `name`, or (-1, 0) (then it is kept no more): the journal's
+        directory and its ofs/ must still be directories, not links (lstat), and the path's lstat the same regular
+        file, with one link, 0 or 8 bytes long (a fresh commit opens them the same way: sej.fsutil.open_dir)."""
         got = self._files.get((journal, name))
         if got is None:
             return -1, 0
         fd, dev, ino = got
+        jdir = os.path.join(self.root, journal)
+        odir = os.path.join(jdir, OFFSET_DIR)
         try:
-            st = os.stat(os.path.join(self.root, journal, OFFSET_DIR, name), follow_symlinks=False)
+            if stat.S_ISDIR(os.lstat(jdir).st_mode) and stat.S_ISDIR(os.lstat(odir).st_mode):
+                st = os.stat(os.path.join(odir, name), follow_symlinks=False)
+            else:
+                st = None
         except OSError:
             st = None
         if (st is None or st.st_ino != ino or st.st_dev != dev or not stat.S_ISREG(st.st_mode) or st.st_nlink != 1
@@ -157,7 +163,10 @@ def _chunk(batch: list[_Commit], open_journal: Callable[[str], AbstractContextMa
     root = -1
     try:
         if shared:  # opened before the writes: its syncfs reports the write-back errors that come after them
-            root = open_dir(kept.root, follow=True)
+            try:
+                root = open_dir(kept.root, follow=True)
+            except OSError as e:  # the root moved, removed, unreadable, out of descriptors: each commit fails
+                return [e for _ in batch]
         data = [encode_offset(c.value) for c in batch]
         rest: list[_Commit] = []
         for c, raw in zip(batch, data, strict=True):
