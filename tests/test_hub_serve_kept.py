@@ -306,3 +306,60 @@ def test_a_journal_listed_again_without_news_is_not_pushed_again(tmp_path) -> No
     finally:
         for w in writers.values():
             w.close()
+
+
+def test_a_burst_sent_after_a_whole_state_that_listed_its_journal_later_does_not_hide_the_next_news(tmp_path) -> None:
+    """A journal without checksum files (as the Go writer leaves it): a burst lists it, a whole state (another thread)
+    lists it again after it grew and is sent first, then the burst's older frame. The hub's state is the burst's
+    older size; the journal's next change must still be pushed (it is news against what the burst told)."""
+    import glob
+
+    from sej.message import encode
+
+    root = tmp_path / "root"
+    with sej.ShardedWriter(str(root), "p", shard_bit=1) as w:
+        w.append(b"v", key=b"\0" * 8)
+    j = sorted(os.listdir(root))[0]
+    for f in glob.glob(str(root / "*" / "idx" / "*.sum")):
+        os.remove(f)
+    s = Session(str(root))
+    s.receive(wire.encode(wire.hub_hello(str(root))))
+    hub: dict[str, Any] = {}  # the hub's view: journal -> segment sizes, as STATE frames set it
+
+    def apply(frames: list[bytes]) -> None:
+        d = wire.Decoder()
+        for frame in frames:
+            d.feed(frame)
+        for _ in range(1 << 20):
+            m = d.next()
+            if m is None:
+                return
+            full, got, _gone, _skipped, _more, _pushed = wire.parse_state(m, 3)
+            if full:
+                hub.clear()
+            hub.update({jj: None if segs is None else [x[2] for x in segs] for jj, segs in got.items()})
+
+    seg = sorted((root / j / "jnl").iterdir())[-1]
+    offset = [1]
+
+    def append(n: int) -> None:
+        with open(seg, "ab") as f:
+            for _ in range(n):
+                f.write(encode(offset[0], None, 0, b"", b"x" * 50))
+                offset[0] += 1
+
+    try:
+        apply(list(s.state_frames(None)))
+        append(1)
+        burst = s.state_frames([j])
+        older = next(burst)  # listed now, sent below
+        append(3)
+        whole = s.state_frames(None)
+        apply([next(whole)])
+        apply([older])
+        assert hub[j] == [seg.stat().st_size - 3 * (26 + 50)], "the hub holds the burst's older listing"
+        list(burst), list(whole)
+        apply(list(s.state_frames([j])))  # the burst of the three appends' events
+        assert hub[j] == [seg.stat().st_size]
+    finally:
+        s.close()

@@ -352,9 +352,18 @@ class Session:
                 listed_at[j] = time.monotonic()
                 with held.holding(j):
                     entries += self._list(held, [j])[0]
-        if self.version >= 3:  # what the hub is told now is the base of the next push's bytes
-            self._listed = {j: {name: (size, self._listed.get(j, {}).get(name, (0, 0))[1]) for name, size in segs}
-                            for j, segs in entries if segs is not None}  # fmt: skip
+        if self.version >= 3:
+            # What the hub is told now is the base of the next push's bytes, for a journal no burst has listed. One
+            # a burst listed keeps that listing: the burst's frame may reach the hub after this one (another thread
+            # sends it), and a base newer than what the hub holds would make the next burst see no news (a journal
+            # without checksum files, as the Go writer's, has nothing else to tell) where an older one costs a push
+            # a few bytes more.
+            listed = {j: segs for j, segs in entries if segs is not None}
+            for j in list(self._listed):  # a copy: the bursts' thread changes it meanwhile
+                if j not in listed:
+                    self._listed.pop(j, None)
+            for j, segs in listed.items():
+                self._listed.setdefault(j, {name: (size, 0) for name, size in segs})
         step = wire.STATE_ENTRIES
         chunks = [entries[k : k + step] for k in range(0, len(entries), step)] or [[]]
         empty: list[wire.Pushed] | None = [] if self.version >= 3 else None
