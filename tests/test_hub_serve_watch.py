@@ -183,3 +183,28 @@ def test_a_journal_moved_aside_and_made_again_is_watched_anew(tmp_path) -> None:
             wait_until(lambda: pushes.named(j), scaled(10), "a push of the new journal's append")
     finally:
         pusher.close()
+
+
+def test_a_journal_moved_aside_is_unwatched_and_watched_again_when_made_again_later(tmp_path) -> None:
+    """The root listed while the journal is away (moved aside, not made again yet): its watches, which followed the
+    moved directories, end then; made again later under its name, it is watched anew and its appends pushed."""
+    root = tmp_path / "root"
+    produce(str(root), 20)
+    j = sorted(os.listdir(root))[0]
+    old_jnl = os.stat(root / j / "jnl").st_ino
+    pushes = _Pushes()
+    pusher = Pusher(str(root), pushes.send)
+    try:
+        wait_until(lambda: old_jnl in _watched_inodes(), scaled(10), "the journal's jnl/ watched")
+        os.rename(root / j, tmp_path / "aside")
+        wait_until(lambda: old_jnl not in _watched_inodes(), scaled(10), "the moved journal's watches ended")
+        with sej.Writer(str(root / j), durability="flush") as w:
+            w.append(b"first")
+            wait_until(lambda: os.stat(root / j / "jnl").st_ino in _watched_inodes(), scaled(10),
+                       "the new journal's jnl/ watched")  # fmt: skip
+            with pushes.cond:
+                pushes.names.clear()
+            w.append(b"second")
+            wait_until(lambda: pushes.named(j), scaled(10), "a push of the new journal's append")
+    finally:
+        pusher.close()

@@ -135,8 +135,9 @@ class Pusher:
         except OSError as e:  # the whole state lists it and says why
             log.debug("sej serve %s: cannot watch its journals: %s", self.path, e)
             return
-        for name in set(self._inodes) - seen:  # gone (their watches went with their directories)
+        for name in set(self._inodes) - seen:  # gone: removed, or moved aside (its watches follow it: ended here)
             del self._inodes[name]
+            self._unwatch(os.path.join(self.path, name))
 
     def _watch_journal(self, path: str, name: str, inode: int | None = None) -> None:
         """Watch journal `name`'s directory `path`, its jnl/ and its idx/ (those there now; a directory made later is
@@ -150,13 +151,18 @@ class Pusher:
             return
         if inode is not None:
             if self._inodes.get(name, inode) != inode:
-                for sub in (SEGMENT_DIR, INDEX_DIR, ""):
-                    dirs.remove(os.path.join(path, sub) if sub else path)
+                self._unwatch(path)
             self._inodes[name] = inode
         if not dirs.add(path, lambda created: self._journal_changed(name, created), IGNORED):
             return  # gone, or not a directory (a link)
         for sub in (SEGMENT_DIR, INDEX_DIR):
             dirs.add(os.path.join(path, sub), lambda _created: self._journal_changed(name, False))
+
+    def _unwatch(self, path: str) -> None:
+        """End the watches of the journal directory `path` and of its jnl/ and idx/ (DirWatch keeps them by path)."""
+        if self._dirs is not None:
+            for sub in (SEGMENT_DIR, INDEX_DIR, ""):
+                self._dirs.remove(os.path.join(path, sub) if sub else path)
 
     def _root_changed(self, created: bool) -> None:
         """Something changed in the root (a journal made, moved or removed, or a file): the whole state, after the
