@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -163,6 +164,18 @@ def test_a_refresh_of_the_whole_state_names_the_journals_it_changed_only(tmp_pat
         conn.close()
 
 
+def _made_again_and_pushed(root: Path, j: str, pushes: _Pushes) -> None:
+    """Journal `j` made again under `root`: its jnl/ is watched, and an append to it is pushed."""
+    with sej.Writer(str(root / j), durability="flush") as w:
+        w.append(b"first")
+        wait_until(lambda: os.stat(root / j / "jnl").st_ino in _watched_inodes(), scaled(10),
+                   "the new journal's jnl/ watched")  # fmt: skip
+        with pushes.cond:
+            pushes.names.clear()
+        w.append(b"second")
+        wait_until(lambda: pushes.named(j), scaled(10), "a push of the new journal's append")
+
+
 def test_a_journal_moved_aside_and_made_again_is_watched_anew(tmp_path) -> None:
     """A watch follows its directory: a journal moved out of the root and made again under its name is watched anew
     (the root's listing finds another inode), and its appends are pushed."""
@@ -173,14 +186,7 @@ def test_a_journal_moved_aside_and_made_again_is_watched_anew(tmp_path) -> None:
     pusher = Pusher(str(root), pushes.send)
     try:
         os.rename(root / j, tmp_path / "aside")
-        with sej.Writer(str(root / j), durability="flush") as w:
-            w.append(b"first")
-            wait_until(lambda: os.stat(root / j / "jnl").st_ino in _watched_inodes(), scaled(10),
-                       "the new journal's jnl/ watched")  # fmt: skip
-            with pushes.cond:
-                pushes.names.clear()
-            w.append(b"second")
-            wait_until(lambda: pushes.named(j), scaled(10), "a push of the new journal's append")
+        _made_again_and_pushed(root, j, pushes)
     finally:
         pusher.close()
 
@@ -198,13 +204,6 @@ def test_a_journal_moved_aside_is_unwatched_and_watched_again_when_made_again_la
         wait_until(lambda: old_jnl in _watched_inodes(), scaled(10), "the journal's jnl/ watched")
         os.rename(root / j, tmp_path / "aside")
         wait_until(lambda: old_jnl not in _watched_inodes(), scaled(10), "the moved journal's watches ended")
-        with sej.Writer(str(root / j), durability="flush") as w:
-            w.append(b"first")
-            wait_until(lambda: os.stat(root / j / "jnl").st_ino in _watched_inodes(), scaled(10),
-                       "the new journal's jnl/ watched")  # fmt: skip
-            with pushes.cond:
-                pushes.names.clear()
-            w.append(b"second")
-            wait_until(lambda: pushes.named(j), scaled(10), "a push of the new journal's append")
+        _made_again_and_pushed(root, j, pushes)
     finally:
         pusher.close()
