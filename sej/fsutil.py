@@ -282,6 +282,17 @@ def atomic_write(
         fsync_dir(os.path.dirname(name) or ".")
 
 
+def open_files_limit(unknown: int) -> int | None:
+    """This process's soft limit on open files; None when unlimited, `unknown` when it cannot be read."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, ValueError, OSError):
+        return unknown
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
 def allow_open_files(needed: int) -> None:
     """Raise this process's soft limit on open files toward `needed` (each open journal holds two)."""
     try:

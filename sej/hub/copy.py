@@ -25,7 +25,7 @@ from ..checksum import HEADER as SUM_HEADER
 from ..chunks import BigFrame, FrameChunks
 from ..errors import SejError
 from ..frames import HEADER, I32, NO_TIMESTAMP, Frames, Problem, walk_frames
-from ..fsutil import allow_open_files, fsync_dir, open_dir, sync_file_system, syncfs_reports_errors
+from ..fsutil import allow_open_files, fsync_dir, open_dir, open_files_limit, sync_file_system, syncfs_reports_errors
 from ..layout import index_dir, list_segments, segment_dir, segment_name, segment_path, writer_lock_path
 from ..lock import lock_journal
 from ..segment import chain_back, next_entry_after
@@ -360,13 +360,8 @@ segment's checksum file."""
 def open_journals() -> int:
     """How many hub journals to keep open: OPEN_JOURNALS, fewer if the open-files limit cannot be raised."""
     allow_open_files(FILES_PER_JOURNAL * OPEN_JOURNALS + 1024)
-    try:
-        import resource
-
-        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    except (ImportError, OSError):
-        return 0
-    if soft == resource.RLIM_INFINITY:
+    soft = open_files_limit(unknown=1024)  # unknown: none kept
+    if soft is None:
         return OPEN_JOURNALS
     return max(0, min(OPEN_JOURNALS, (soft - 1024) // FILES_PER_JOURNAL))
 

@@ -32,12 +32,11 @@ from concurrent.futures import Executor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
-from ..errors import UnsafeFileError
 from ..fsutil import (
     allow_open_files,
     create_exclusive,
-    kind,
     open_dir,
+    open_files_limit,
     open_regular,
     sync_file_system,
     syncfs_reports_errors,
@@ -67,7 +66,8 @@ class Kept:
         self.root = root
         self._files: dict[tuple[str, str], tuple[int, int, int]] = {}
         allow_open_files(KEPT_FILES + 1024)
-        self.most = min(KEPT_FILES, _open_files_limit() // 4)
+        soft = open_files_limit(unknown=1024)
+        self.most = KEPT_FILES if soft is None else min(KEPT_FILES, soft // 4)
 
     def take(self, journal: str, name: str) -> tuple[int, int]:
         """(fd, st_dev) of the kept file of `journal`'s `name`, or (-1, 0) (then it is kept no more): the journal's
@@ -109,16 +109,6 @@ class Kept:
         files, self._files = self._files, {}
         for fd, _dev, _ino in files.values():
             os.close(fd)
-
-
-def _open_files_limit() -> int:
-    try:
-        import resource
-
-        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        return KEPT_FILES * 4 if soft == resource.RLIM_INFINITY else soft
-    except (ImportError, ValueError, OSError):
-        return 1024
 
 
 @dataclass
