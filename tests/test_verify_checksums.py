@@ -195,6 +195,24 @@ def test_repair_drops_checksums_for_bytes_past_the_end_of_the_last_segment(jdir:
     assert Path(sum_path(jdir, 0)).read_bytes() == before
 
 
+def test_repair_of_a_last_segment_cut_inside_its_last_frame_counts_both_problems_repaired(jdir: str) -> None:
+    """A last segment cut short inside its last frame, its checksums still covering the lost bytes: a torn tail and
+    checksums past the end. --repair mends both; it said the second was "not repaired" (exit 1), although the cut
+    had dropped those checksums and the journal then verified clean."""
+    seg = small_journal(jdir)
+    frame = os.path.getsize(seg.path) // 3
+    os.truncate(seg.path, os.path.getsize(seg.path) - 10)
+    p = cli(jdir)
+    assert p.returncode == 1 and "a torn tail" in p.stdout and "past the segment's end" in p.stdout, p.stdout
+    p = cli("--repair", jdir)
+    assert p.returncode == 0 and "2 problems, 2 repaired" in p.stdout and "not repaired" not in p.stderr, \
+        p.stdout + p.stderr  # fmt: skip
+    assert f"repaired: {seg.path}: cut {frame - 10} bytes from byte {2 * frame}" in p.stdout, p.stdout
+    assert os.path.getsize(seg.path) == 2 * frame
+    p = cli(jdir)
+    assert p.returncode == 0 and "no problems" in p.stdout, p.stdout + p.stderr
+
+
 def test_seal_with_a_running_writer_is_one_error_line(jdir: str) -> None:
     seg = small_journal(jdir)
     os.remove(sum_path(jdir, seg.first_offset))

@@ -284,6 +284,12 @@ def _repair(r: Report) -> list[Problem]:
         return r.problems
     seg = list_segments(r.journal.path)[-1]
     left = r.problems
+    if past:  # first: a tail cut below drops these records too, and they would then be left as "not repaired"
+        dropped = drop_past(sum_path(r.journal.path, seg.first_offset), seg.first_offset, os.path.getsize(seg.path))
+        if dropped is not None:
+            click.echo(f"repaired: {seg.path}: dropped the checksums of bytes {dropped[0]}..{dropped[1]}, past the "
+                       "segment's end")  # fmt: skip
+            left = [p for p in left if p not in past]
     if tail_problems:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -299,12 +305,6 @@ def _repair(r: Report) -> list[Problem]:
                 f"repaired: {seg.path}: cut {cut.length} bytes from byte {cut.position}, kept in {cut.quarantine}"
             )
             left = [p for p in left if p not in tail_problems or p.position < cut.position]
-    if past:
-        dropped = drop_past(sum_path(r.journal.path, seg.first_offset), seg.first_offset, os.path.getsize(seg.path))
-        if dropped is not None:
-            click.echo(f"repaired: {seg.path}: dropped the checksums of bytes {dropped[0]}..{dropped[1]}, past the "
-                       "segment's end")  # fmt: skip
-            left = [p for p in left if p not in past]
     return left
 
 
