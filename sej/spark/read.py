@@ -9,6 +9,7 @@ record batches of the source's schema.
 from __future__ import annotations
 
 import contextlib
+import os
 import warnings
 from collections.abc import Iterator
 
@@ -16,8 +17,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..checksum import ReadCheck
-from ..columns import Columns, decode_columns, micros, read_columns, record_batch
-from ..errors import CorruptionError, CorruptionWarning, DataLossError
+from ..columns import (
+    READ_CHUNK,
+    Columns,
+    decode_columns,
+    decode_pieces,
+    micros,
+    read_columns,
+    record_batch,
+    record_batch_of_pieces,
+)
+from ..errors import CorruptionError, CorruptionWarning, DataLossError, SejError
 from ..fsutil import open_file
 from .plan import PackedPart, SegmentPart
 from .schema import ARROW_SCHEMA
@@ -55,13 +65,92 @@ def read_part(p: SegmentPart) -> Iterator[pa.RecordBatch]:
 
 
 def read_partition(partition: object) -> Iterator[pa.RecordBatch]:
-    """The readers' `read`: read_part of a SegmentPart or of each part of a PackedPart; nothing for
-    anything else (Spark reads one InputPartition(None) when a plan has no partitions)."""
+    """The readers' `read`: read_part of a SegmentPart or of each part of a PackedPart (small ones read
+    together: read_packed); nothing for anything else (Spark reads one InputPartition(None) when a plan has
+    no partitions)."""
     if isinstance(partition, PackedPart):
-        return (batch for part in partition.parts for batch in read_part(part))
+        return read_packed(partition.parts)
     if not isinstance(partition, SegmentPart):
         return iter(())
     return read_part(partition)
+
+
+GROUP_BYTES = READ_CHUNK
+"""Small parts are read together up to about this many bytes, into one buffer decoded in one pass (decode_pieces)."""
+
+
+def read_packed(parts: tuple[SegmentPart, ...]) -> Iterator[pa.RecordBatch]:
+    """The rows of `parts`, in order, as read_part gives them. Parts of at most GROUP_BYTES // 2 bytes whose rows
+    are all wanted are read one after the other into one buffer, GROUP_BYTES at a time, and decoded at once
+    (decode_pieces); a group that is not all whole, valid frames, and every other part, is read by read_part,
+    which names what is wrong."""
+    buf = bytearray(GROUP_BYTES)  # reused: no column refers to it (decode_pieces copies what it takes)
+    group: list[SegmentPart] = []
+    at = 0
+    for p in parts:
+        n = p.end - p.start
+        small = 0 <= n <= GROUP_BYTES // 2 and p.lo <= p.first
+        if small and at + n > GROUP_BYTES:
+            yield from _read_group(group, buf, at)
+            group, at = [], 0
+        if small and _read_small(p, buf, at):
+            group.append(p)
+            at += n
+        else:
+            yield from _read_group(group, buf, at)
+            group, at = [], 0
+            yield from read_part(p)
+    yield from _read_group(group, buf, at)
+
+
+def _read_small(p: SegmentPart, buf: bytearray, at: int) -> bool:
+    """Read the part's bytes into buf[at:], checked against its segment's checksums as read_part checks them;
+    False when they cannot be read whole or fail the check (read_part then reads the part and raises or warns as
+    it should)."""
+    try:
+        f = open_file(p.path)
+    except OSError:
+        return False
+    n = p.end - p.start
+    with f, memoryview(buf)[at : at + n] as view:
+        try:
+            if os.preadv(f.fileno(), [view], p.start) != n:
+                return False
+            if p.sums:
+                with ReadCheck(p.path, p.sums, p.segment_first) as check:
+                    if check.sums is not None:
+                        check.check(f.fileno(), p.end, p.start, p.end, view)
+        except (OSError, SejError):
+            return False
+    return True
+
+
+def _read_group(group: list[SegmentPart], buf: bytearray, size: int) -> Iterator[pa.RecordBatch]:
+    """One record batch of the parts in `group`, whose bytes lie end to end in buf[:size], when they all decode
+    whole and none needs cutting; else each read again by read_part."""
+    if not group:
+        return
+    first = group[0]
+    decoded = None
+    if all(p.types == first.types and (p.root is None) == (first.root is None) for p in group):
+        ends, at = [], 0
+        for p in group:
+            at += p.end - p.start
+            ends.append(at)
+        assert at == size, (at, size)
+        decoded = decode_pieces(buf, ends, [p.first for p in group])
+    if decoded is not None:
+        cols, counts = decoded
+        if all(p.upto <= p.first + k <= p.hi for p, k in zip(group, counts, strict=True)):
+            batch = record_batch_of_pieces(cols, counts, [(p.client, p.shard, p.root) for p in group],
+                                           root=first.root is not None)  # fmt: skip
+            if first.types is not None:
+                batch = batch.filter(pc.is_in(batch.column("type"), value_set=pa.array(first.types, _TYPE)))
+            if batch.num_rows:
+                yield batch
+            return
+    for p in group:
+        yield from read_part(p)
 
 
 def _batch(p: SegmentPart, cols: Columns, lo: int, hi: int) -> pa.RecordBatch:
