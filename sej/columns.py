@@ -164,26 +164,31 @@ def _chain(data: bytes | bytearray, pos: int, end: int) -> list[int]:
     return chain
 
 
-def decode_pieces(data: bytes | bytearray, ends: list[int], expects: list[int]) -> tuple[Columns, list[int]] | None:
-    """Decode several pieces laid end to end in `data` (piece i is data[ends[i - 1]:ends[i]], from 0, whole frames
-    of a segment carrying offsets from expects[i]) into one set of columns, with one pass of the Arrow kernels.
+def decode_pieces(
+    data: bytes | bytearray, ends: list[int], expects: list[int], start: int = 0
+) -> tuple[Columns, list[int]] | None:
+    """Decode several pieces laid end to end in `data` from `start` (piece i is data[ends[i - 1]:ends[i]], the first
+    from `start`: whole frames of a segment carrying offsets from expects[i]) into one set of columns, with one pass
+    of the Arrow kernels.
 
     Returns the columns and each piece's frame count when every piece is whole frames that pass every check
     decode_columns makes, with offsets that fit a signed long; None otherwise: decode each piece on its own then
     (decode_columns stops where a piece goes wrong and names the problem). For many small segments the fixed cost
     of a chunk's Arrow calls, not the frames, is what reading them costs (issue 40: a hub root of 1,000 journals).
     """
-    end = ends[-1] if ends else 0
-    if end > MAX_READ or len(ends) != len(expects):
+    end = ends[-1] if ends else start
+    if end > MAX_READ or len(ends) != len(expects) or not 0 <= start < end:
         return None
-    links = [_KEY_SIZE_AT]
+    links = [start + _KEY_SIZE_AT]
     counts: list[int] = []
-    pos = 0
+    pos = start
     for stop, expect in zip(ends, expects, strict=True):
+        if stop < pos:
+            return None
         chain = _chain(data, pos, stop)
         k = len(chain) - 1
         if chain[-1] - _KEY_SIZE_AT != stop or expect < 0 or expect + k - 1 > _I64_MAX:
-            return None  # a piece not whole frames (or an empty range past its end), or offsets no long holds
+            return None  # a piece not whole frames, or offsets no long holds
         links += chain[1:]  # its first link is the one the piece before ended on
         counts.append(k)
         pos = stop

@@ -186,3 +186,103 @@ def test_many_small_segments_of_many_journals_are_read_in_few_batches(tmp_path) 
     assert len(batches) <= sum(p.end - p.start for p in parts) // (GROUP_BYTES // 2) + 1
     rows = [(r["client"], r["shard"], r["offset"]) for b in batches for r in b.to_pylist()]
     assert rows == want
+
+
+# -- hand-made parts of hostile segments and sidecars -------------------------------------------------------------
+
+
+def _hostile_segment(rng: random.Random, d: str, idx: int) -> tuple[str, str | None, int, list[int], int]:
+    """A segment file of up to 25 frames (offsets near 2**63 and 2**64 too), damaged in any field or not, and maybe
+    a checksum file of its bytes (or of the undamaged ones, or damaged itself). Returns (path, sums, first offset,
+    the frames' bounds, size)."""
+    from sej.checksum import Hasher, header
+
+    first = rng.choice((0, 7, 2**40, 2**63 - 5, 2**63 - 1, 2**63, 2**64 - 3))
+    frames, bounds = [], [0]
+    for i in range(rng.randint(0, 25)):
+        key, value = rng.randbytes(rng.choice((0, 1, 3, 127))), rng.randbytes(rng.choice((0, 1, 10, 200, 2999)))
+        f = sej.encode((first + i) % 2**64, rng.choice((None, 0, 10**18)), rng.randrange(256), key, value)
+        frames.append(f)
+        bounds.append(bounds[-1] + len(f))
+    n, data = len(frames), bytearray(b"".join(frames))
+    what = rng.choice(["none"] * 5 + ["flip", "cut", "garbage", "key size", "value size", "offset"])
+    if what == "flip" and data:
+        data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+    elif what == "cut" and data:
+        del data[rng.randrange(len(data)) :]
+    elif what == "garbage":
+        data += rng.randbytes(rng.randrange(1, 60))
+    elif what == "key size" and n:
+        data[bounds[rng.randrange(n)] + 17] = rng.randrange(128, 256)  # negative
+    elif what == "value size" and n:
+        b = bounds[rng.randrange(n)]
+        at = b + 18 + data[b + 17]
+        data[at : at + 4] = rng.choice((rng.randrange(2**31, 2**32), rng.randrange(2**20))).to_bytes(4, "big")
+    elif what == "offset" and n:
+        b = bounds[rng.randrange(n)]
+        data[b : b + 8] = rng.randrange(2**64).to_bytes(8, "big")
+    path = os.path.join(d, f"seg{idx}.jnl")
+    with open(path, "wb") as f:
+        f.write(data)
+    sums = None
+    if rng.random() < 0.6:
+        sums = os.path.join(d, f"seg{idx}.sum")
+        h, records, pos = Hasher(), b"", 0
+        src = bytes(data) if rng.random() < 0.7 else b"".join(frames)
+        while pos < len(src):
+            step = rng.choice((1, 50, 1000, 70000, len(src)))
+            records += h.update(src[pos : pos + step])
+            pos += step
+        body = bytearray(header(first if rng.random() < 0.9 else first + 1) + records)
+        spoil = rng.choice(["ok"] * 6 + ["cut", "flip", "past the end", "none", "torn"])
+        if spoil == "cut" and len(body) > 16:
+            del body[16 + 16 * rng.randrange((len(body) - 16) // 16 + 1) :]
+        elif spoil == "flip" and len(body) > 16:
+            body[rng.randrange(16, len(body))] ^= 1
+        elif spoil == "past the end":
+            body += (len(src) + 100).to_bytes(8, "big") + b"\0" * 8
+        elif spoil == "torn":
+            body += b"\1\2\3"
+        if spoil != "none":
+            with open(sums, "wb") as f:
+                f.write(body)
+    return path, sums, first, bounds, len(data)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1))
+def test_hand_made_parts_of_hostile_segments_read_as_each_part_alone(seed: int) -> None:
+    """Any byte ranges (cut at frames or not, past the file's end), first offsets right or wrong, lo, hi and upto
+    around the frames, types, missing files: read together or alone, the same rows, error and warnings."""
+    rng = random.Random(seed)
+    with tempfile.TemporaryDirectory() as d:
+        parts = []
+        types = rng.choice((None, None, (*range(11), *range(100, 200)), ()))
+        root = rng.choice((None, None, d))
+        for s in range(rng.randint(1, 8)):
+            path, sums, first, bounds, size = _hostile_segment(rng, d, s)
+            cuts = sorted({0, bounds[-1], *rng.sample(bounds, k=min(len(bounds), rng.randint(0, 3)))})
+            if rng.random() < 0.2:
+                cuts = sorted({*cuts, rng.randrange(size + 1)})
+            for a, b in zip(cuts, cuts[1:] + ([] if rng.random() < 0.9 else [cuts[-1]])):
+                pfirst = first + (bounds.index(a) if a in bounds else 0)
+                if rng.random() < 0.1:
+                    pfirst = max(0, pfirst + rng.choice((-1, 1)))
+                nxt = first + (bounds.index(b) if b in bounds else len(bounds) - 1)
+                lo = rng.choice((pfirst, pfirst, 0, pfirst + rng.randrange(3)))
+                hi = max(pfirst + 1, rng.choice((nxt, nxt, 2**64, nxt + rng.randrange(-2, 3), pfirst + 1)))
+                upto = rng.choice((None, nxt, nxt + 1, pfirst, nxt - 1) if rng.random() < 0.3 else (None, nxt))
+                if rng.random() < 0.1:
+                    b = max(a, min(size + rng.randrange(40), b + rng.randrange(-5, 40)))
+                parts.append(SegmentPart(path=path, client=rng.choice((None, f"c{s}")), shard=f"s{s}", root=root,
+                                         first=pfirst, start=a, end=b, lo=lo, hi=hi, types=types, upto=upto,
+                                         missing_ok=rng.random() < 0.5, sums=sums, segment_first=first))  # fmt: skip
+        if rng.random() < 0.5:
+            rng.shuffle(parts)
+        if parts and rng.random() < 0.2:
+            gone = rng.choice(parts).path
+            if os.path.exists(gone):
+                os.remove(gone)
+        alone = _outcome(lambda: (b for p in parts for b in read_part(p)))
+        packed = _outcome(lambda: read_packed(tuple(parts)))
+    assert packed == alone

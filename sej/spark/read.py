@@ -80,77 +80,81 @@ GROUP_BYTES = READ_CHUNK
 
 
 def read_packed(parts: tuple[SegmentPart, ...]) -> Iterator[pa.RecordBatch]:
-    """The rows of `parts`, in order, as read_part gives them. Parts of at most GROUP_BYTES // 2 bytes whose rows
-    are all wanted are read one after the other into one buffer, GROUP_BYTES at a time, and decoded at once
-    (decode_pieces); a group that is not all whole, valid frames, and every other part, is read by read_part,
-    which names what is wrong."""
+    """The rows of `parts`, in order, as read_part gives them. Parts of at most GROUP_BYTES // 2 bytes that start
+    at a wanted row are read one after the other into one buffer, GROUP_BYTES at a time, and decoded at once
+    (decode_pieces, _decode_group); a part that cannot be read whole or fails its check, or that does not decode
+    as whole, valid frames, is read by read_part, which names what is wrong."""
     buf = bytearray(GROUP_BYTES)  # reused: no column refers to it (decode_pieces copies what it takes)
     group: list[SegmentPart] = []
-    at = 0
+    starts = [0]  # where each part of the group lies in buf, then where the group ends
     for p in parts:
         n = p.end - p.start
         small = 0 <= n <= GROUP_BYTES // 2 and p.lo <= p.first
-        if small and at + n > GROUP_BYTES:
-            yield from _read_group(group, buf, at)
-            group, at = [], 0
-        if small and _read_small(p, buf, at):
+        if group and (not small or starts[-1] + n > GROUP_BYTES or p.types != group[0].types
+                      or (p.root is None) != (group[0].root is None)):  # fmt: skip
+            yield from _decode_group(group, buf, starts, 0, len(group))
+            group, starts = [], [0]
+        if small and _read_small(p, buf, starts[-1]):
             group.append(p)
-            at += n
+            starts.append(starts[-1] + n)
         else:
-            yield from _read_group(group, buf, at)
-            group, at = [], 0
+            yield from _decode_group(group, buf, starts, 0, len(group))
+            group, starts = [], [0]
             yield from read_part(p)
-    yield from _read_group(group, buf, at)
+    yield from _decode_group(group, buf, starts, 0, len(group))
 
 
 def _read_small(p: SegmentPart, buf: bytearray, at: int) -> bool:
     """Read the part's bytes into buf[at:], checked against its segment's checksums as read_part checks them;
     False when they cannot be read whole or fail the check (read_part then reads the part and raises or warns as
     it should)."""
-    try:
-        f = open_file(p.path)
-    except OSError:
-        return False
     n = p.end - p.start
-    with f, memoryview(buf)[at : at + n] as view:
-        try:
+    try:
+        with open_file(p.path) as f, memoryview(buf)[at : at + n] as view:
             if os.preadv(f.fileno(), [view], p.start) != n:
                 return False
             if p.sums:
                 with ReadCheck(p.path, p.sums, p.segment_first) as check:
                     if check.sums is not None:
                         check.check(f.fileno(), p.end, p.start, p.end, view)
-        except (OSError, SejError):
-            return False
+    except (OSError, SejError, ValueError, OverflowError):
+        return False
     return True
 
 
-def _read_group(group: list[SegmentPart], buf: bytearray, size: int) -> Iterator[pa.RecordBatch]:
-    """One record batch of the parts in `group`, whose bytes lie end to end in buf[:size], when they all decode
-    whole and none needs cutting; else each read again by read_part."""
-    if not group:
+def _decode_group(
+    group: list[SegmentPart], buf: bytearray, starts: list[int], i: int, j: int
+) -> Iterator[pa.RecordBatch]:
+    """The rows of parts group[i:j], whose bytes lie end to end in buf from starts[i] (of the same types and
+    root-ness): one record batch when they all decode whole and reach their `upto`, rows past a part's `hi` left
+    out; else each half again, down to read_part of a single part."""
+    if i >= j:
         return
-    first = group[0]
-    decoded = None
-    if all(p.types == first.types and (p.root is None) == (first.root is None) for p in group):
-        ends, at = [], 0
-        for p in group:
-            at += p.end - p.start
-            ends.append(at)
-        assert at == size, (at, size)
-        decoded = decode_pieces(buf, ends, [p.first for p in group])
-    if decoded is not None:
+    parts = group[i:j]
+    decoded = decode_pieces(buf, starts[i + 1 : j + 1], [p.first for p in parts], starts[i])
+    if decoded is not None and all(p.first + k >= p.upto for p, k in zip(parts, decoded[1], strict=True)):
         cols, counts = decoded
-        if all(p.upto <= p.first + k <= p.hi for p, k in zip(group, counts, strict=True)):
-            batch = record_batch_of_pieces(cols, counts, [(p.client, p.shard, p.root) for p in group],
-                                           root=first.root is not None)  # fmt: skip
-            if first.types is not None:
-                batch = batch.filter(pc.is_in(batch.column("type"), value_set=pa.array(first.types, _TYPE)))
-            if batch.num_rows:
-                yield batch
-            return
-    for p in group:
-        yield from read_part(p)
+        batch = record_batch_of_pieces(cols, counts, [(p.client, p.shard, p.root) for p in parts],
+                                       root=parts[0].root is not None)  # fmt: skip
+        keep = [min(k, p.hi - p.first) for p, k in zip(parts, counts, strict=True)]
+        if keep != counts:  # a part's frames go on past its hi: read_part stops there
+            at, pieces = 0, []
+            for k, want in zip(counts, keep, strict=True):
+                if want > 0:
+                    pieces.append(batch.slice(at, want))
+                at += k
+            batch = pa.concat_batches(pieces) if pieces else batch.slice(0, 0)
+        if parts[0].types is not None:
+            batch = batch.filter(pc.is_in(batch.column("type"), value_set=pa.array(parts[0].types, _TYPE)))
+        if batch.num_rows:
+            yield batch
+        return
+    if j - i == 1:
+        yield from read_part(group[i])
+        return
+    mid = (i + j) // 2
+    yield from _decode_group(group, buf, starts, i, mid)
+    yield from _decode_group(group, buf, starts, mid, j)
 
 
 def _batch(p: SegmentPart, cols: Columns, lo: int, hi: int) -> pa.RecordBatch:
