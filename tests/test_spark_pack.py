@@ -155,8 +155,10 @@ def piece(path: str, size: int, first: int = 0) -> SegmentPart:
 def test_pack_fills_partitions_as_spark_packs_small_files() -> None:
     small = [piece(f"/j{i}", 1000) for i in range(1000)]
     parts = pack(small, max_bytes=64 << 20, open_cost=4 << 20, min_partitions=2)
-    # Pieces weigh ~4 MiB each (the open cost): 15 fit in a split of 64 MiB (min_partitions asks for less).
-    assert (64 << 20) // (1000 + (4 << 20)) == 15 and len(parts) == -(-1000 // 15)
+    # Pieces weigh ~4 MiB each (the open cost): 15 fit in a split of 64 MiB (min_partitions asks for less), so
+    # Spark would make 67 partitions; rounded up to a multiple of min_partitions, 68, filled evenly.
+    assert (64 << 20) // (1000 + (4 << 20)) == 15 and len(parts) == 68
+    assert {len(q.parts) for q in parts} == {14, 15}  # type: ignore[union-attr]
     assert sorted(q.path for part in parts for q in part.parts) == sorted(p.path for p in small)  # type: ignore[union-attr]
     # Without an open cost, 25 MB of small pieces still spread over min_partitions tasks.
     parts = pack([piece(f"/j{i}", 25_000) for i in range(1000)], 64 << 20, 0, min_partitions=2)
@@ -166,3 +168,21 @@ def test_pack_fills_partitions_as_spark_packs_small_files() -> None:
     parts = pack([big, *small[:3]], 64 << 20, 0, 1)
     assert parts[0] is big and isinstance(parts[1], PackedPart) and len(parts) == 2
     assert pack([], 1, 0, 1) == []
+
+
+def test_pack_balances_the_partitions_over_the_cores() -> None:
+    """Five partitions' worth on 2 cores is 6 partitions of 5/6 each (2.5 rounds of work, not 3); no partition
+    outweighs the split size, and every piece is in one."""
+    pieces = [piece(f"/j{i}", 50_000 + 997 * (i % 50)) for i in range(1800)]
+    split = 128 << 20
+    parts = pack(pieces, split, 256 << 10, min_partitions=2)
+    weights = [sum(q.end - q.start + (256 << 10) for q in part.parts) for part in parts]  # type: ignore[union-attr]
+    assert sum(weights) // split + 1 == 5 and len(parts) == 6
+    assert max(weights) <= split and max(weights) - min(weights) <= (256 << 10) + 50_000 + 997 * 49
+    assert sorted(q.path for part in parts for q in part.parts) == sorted(p.path for p in pieces)  # type: ignore[union-attr]
+    # A big piece stays whole and alone; the rest still spread evenly.
+    parts = pack([piece("/big", 300 << 20), *pieces[:100]], split, 0, min_partitions=4)
+    alone = [p for p in parts if not isinstance(p, PackedPart)]
+    assert len(alone) == 1 and alone[0].path == "/big"
+    paths = sorted(q.path for p in parts for q in getattr(p, "parts", (p,)))
+    assert paths == sorted(["/big", *(p.path for p in pieces[:100])])
