@@ -286,3 +286,76 @@ def test_hand_made_parts_of_hostile_segments_read_as_each_part_alone(seed: int) 
         alone = _outcome(lambda: (b for p in parts for b in read_part(p)))
         packed = _outcome(lambda: read_packed(tuple(parts)))
     assert packed == alone
+
+
+# -- the reused Spark worker's collector ------------------------------------------------------------------------
+
+
+def test_read_partition_freezes_the_collector_only_in_a_reused_spark_worker(tmp_path, monkeypatch) -> None:
+    """pyspark's daemon runs gc.collect() after every task of a reused worker; read_partition freezes what is alive
+    at its first read there, and nowhere else."""
+    import gc
+
+    from sej.spark import read as spark_read
+
+    path = str(tmp_path / "j")
+    with sej.Writer(path) as w:
+        w.append(b"x")
+    parts = plan_range(JournalSource("", path, None, ""), 0, 1)
+    assert gc.get_freeze_count() == 0
+    monkeypatch.setattr(spark_read, "_settled", False)
+    monkeypatch.delenv("SPARK_REUSE_WORKER", raising=False)
+    assert [b.num_rows for b in read_partition(parts[0])] == [1]
+    assert gc.get_freeze_count() == 0  # a user's process: untouched
+    monkeypatch.setattr(spark_read, "_settled", False)
+    monkeypatch.setenv("SPARK_REUSE_WORKER", "1")
+    monkeypatch.setenv("PYTHON_WORKER_FACTORY_SECRET", "x")
+    try:
+        assert [b.num_rows for b in read_partition(parts[0])] == [1]
+        frozen = gc.get_freeze_count()
+        assert frozen > 0
+        assert [b.num_rows for b in read_partition(parts[0])] == [1]
+        assert gc.get_freeze_count() == frozen  # once per process
+    finally:
+        gc.unfreeze()
+
+
+def test_a_spark_worker_that_reads_a_journal_freezes_its_objects(spark, tmp_path) -> None:
+    """In a real local Spark: a data source's read() in Spark's Python worker (as the sej source's) finds the
+    worker's objects frozen after read_partition (Spark sets SPARK_REUSE_WORKER and PYTHON_WORKER_FACTORY_SECRET
+    there, as _settle_worker expects)."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    path = str(tmp_path / "j")
+    with sej.Writer(path) as w:
+        for i in range(100):
+            w.append(b"v%d" % i)
+
+    class Reader(DataSourceReader):
+        def partitions(self) -> list[InputPartition]:
+            return [InputPartition(path)]
+
+        def read(self, partition):  # type: ignore[no-untyped-def]
+            import gc
+
+            from sej.spark.plan import JournalSource, plan_range
+            from sej.spark.read import read_partition
+
+            rows = sum(b.num_rows for p in plan_range(JournalSource("", partition.value, None, ""), 0, 100)
+                       for b in read_partition(p))  # fmt: skip
+            yield (rows, gc.get_freeze_count())
+
+    class Frozen(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "sej_test_frozen"
+
+        def schema(self) -> str:
+            return "rows int, frozen long"
+
+        def reader(self, schema):  # type: ignore[no-untyped-def]
+            return Reader()
+
+    spark.dataSource.register(Frozen)  # type: ignore[attr-defined]
+    [(rows, frozen)] = spark.read.format("sej_test_frozen").load().collect()  # type: ignore[attr-defined]
+    assert rows == 100 and frozen > 0
