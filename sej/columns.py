@@ -187,7 +187,7 @@ def decode_pieces(
             return None
         chain = _chain(data, pos, stop)
         k = len(chain) - 1
-        if chain[-1] - _KEY_SIZE_AT != stop or expect < 0 or expect + k - 1 > _I64_MAX:
+        if chain[-1] - _KEY_SIZE_AT != stop or expect < 0 or (k and expect + k - 1 > _I64_MAX):
             return None  # a piece not whole frames, or offsets no long holds
         links += chain[1:]  # its first link is the one the piece before ended on
         counts.append(k)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import tempfile
 from collections import Counter
@@ -186,3 +187,28 @@ def test_pack_balances_the_partitions_over_the_cores() -> None:
     assert len(alone) == 1 and alone[0].path == "/big"
     paths = sorted(q.path for p in parts for q in getattr(p, "parts", (p,)))
     assert paths == sorted(["/big", *(p.path for p in pieces[:100])])
+
+
+def test_pack_never_makes_more_partitions_than_spark_s_count_rounded_to_the_cores() -> None:
+    """Pieces near half the split size fit in no balanced partition: Spark's own partitions are kept then (the
+    balanced fill gave up to 1.6x as many, each a lone piece); a huge minPartitions asks for no more partitions
+    than pieces."""
+    rng = random.Random(5)
+    for case in range(200):
+        sizes = [
+            rng.choice((rng.randrange(1, 60 << 20), rng.randrange(38 << 20, 50 << 20)))
+            for _ in range(rng.randint(1, 300))
+        ]
+        mp = rng.choice((1, 2, 3, 8))
+        pieces = [piece(f"/j{i}", s) for i, s in enumerate(sizes)]
+        parts = pack(pieces, 128 << 20, 256 << 10, min_partitions=mp)
+        weights = sorted((s + (256 << 10) for s in sizes), reverse=True)
+        split = min(128 << 20, max(256 << 10, sum(weights) // mp))
+        count, size = 1, 0
+        for w in weights:
+            if size and size + w > split:
+                count, size = count + 1, 0
+            size += w
+        assert len(parts) <= min(len(sizes), -(-count // mp) * mp), case
+        assert sorted(q.path for p in parts for q in getattr(p, "parts", (p,))) == sorted(p.path for p in pieces)
+    assert len(pack([piece(f"/j{i}", 10) for i in range(10)], 128 << 20, 0, min_partitions=10**6)) == 10

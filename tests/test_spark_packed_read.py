@@ -316,6 +316,12 @@ def test_read_partition_freezes_the_collector_only_in_a_reused_spark_worker(tmp_
         assert frozen > 0
         assert [b.num_rows for b in read_partition(parts[0])] == [1]
         assert gc.get_freeze_count() == frozen  # once per process
+        gc.unfreeze()
+        monkeypatch.setattr(spark_read, "_settled", False)
+        monkeypatch.delenv("PYTHON_WORKER_FACTORY_SECRET")
+        monkeypatch.setenv("PYTHON_UNIX_DOMAIN_ENABLED", "true")  # a worker over a Unix socket has no secret
+        assert [b.num_rows for b in read_partition(parts[0])] == [1]
+        assert gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()
 

@@ -139,30 +139,34 @@ def pack(
     Each piece weighs its bytes plus `open_cost`. The split size is `max_bytes`, lowered so that the
     pieces fill at least `min_partitions` partitions when there is enough to read (as Spark lowers
     it to the bytes per core). As many partitions as pieces, biggest first, fill up to the split size
-    (Spark's count), rounded up to a multiple of `min_partitions`, are then filled evenly: each piece,
-    biggest first, goes to the lightest partition it fits in under the split size (a new one if none),
-    so that every core gets the same share (5 full partitions on 2 cores run in 3 rounds; 6 of 5/6 each,
-    in 2.5). A piece is never cut here (plan_range cut big segments at index entries already), so every
-    offset is in exactly one partition.
+    (Spark's count), rounded up to a multiple of `min_partitions` (at most one per piece), are then
+    filled evenly: each piece, biggest first, goes to the lightest partition, so that every core gets
+    the same share (5 full partitions on 2 cores run in 3 rounds; 6 of 5/6 each, in 2.5). Should a
+    piece fit in none under the split size (pieces near half of it), Spark's own partitions are kept.
+    A piece is never cut here (plan_range cut big segments at index entries already), so every offset
+    is in exactly one partition.
     """
     if not parts:
         return []
     pieces = sorted(zip([p.end - p.start + open_cost for p in parts], parts, strict=True), key=lambda wp: -wp[0])
     split = min(max_bytes, max(open_cost, sum(w for w, _ in pieces) // max(1, min_partitions)))
-    count, size = 1, 0  # Spark's count: next fit, biggest first
-    for w, _ in pieces:
+    spark: list[list[SegmentPart]] = [[]]  # Spark's partitions: next fit, biggest first
+    size = 0
+    for w, p in pieces:
         if size and size + w > split:
-            count, size = count + 1, 0
+            spark.append([])
+            size = 0
+        spark[-1].append(p)
         size += w
     step = max(1, min_partitions)
-    count = -(-count // step) * step
+    count = min(len(pieces), -(-len(spark) // step) * step)
     bins: list[list[SegmentPart]] = [[] for _ in range(count)]
     lightest = [(0, i) for i in range(count)]  # a heap of (weight, bin)
     for w, p in pieces:
         load, i = lightest[0]
-        if load and load + w > split:  # fits nowhere: a partition of its own
-            bins.append([p])
-            continue
+        if load and load + w > split:  # fits in none (pieces near half the split): Spark's partitions, then
+            bins = spark
+            break
         bins[i].append(p)
         heapq.heapreplace(lightest, (load + w, i))
     return [b[0] if len(b) == 1 else PackedPart(tuple(b)) for b in bins if b]

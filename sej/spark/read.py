@@ -86,11 +86,14 @@ def _settle_worker() -> None:
     imported that walked some 50,000 objects, 20-50 ms a task here (issue 40: 14 tasks of a query over 1,000 small
     journals). Frozen objects (modules, classes, the worker's own state) are left out of every later collection;
     nothing a task makes is frozen, since this runs before the first one reads. Only in Spark's workers: a user's
-    process keeps its collector as it is."""
+    process keeps its collector as it is. (Spark gives a worker PYTHON_WORKER_FACTORY_SECRET over TCP and
+    PYTHON_UNIX_DOMAIN_ENABLED over a Unix socket.)"""
     global _settled
     if not _settled:
         _settled = True
-        if os.environ.get("SPARK_REUSE_WORKER") == "1" and os.environ.get("PYTHON_WORKER_FACTORY_SECRET"):
+        env = os.environ
+        spark_worker = env.get("PYTHON_WORKER_FACTORY_SECRET") or env.get("PYTHON_UNIX_DOMAIN_ENABLED", "") == "true"
+        if env.get("SPARK_REUSE_WORKER") == "1" and spark_worker:
             gc.freeze()
 
 
@@ -156,17 +159,18 @@ def _decode_group(
         batch = record_batch_of_pieces(cols, counts, [(p.client, p.shard, p.root) for p in parts],
                                        root=parts[0].root is not None)  # fmt: skip
         keep = [min(k, p.hi - p.first) for p, k in zip(parts, counts, strict=True)]
-        if keep != counts:  # a part's frames go on past its hi: read_part stops there
-            at, pieces = 0, []
+        batches = [batch]
+        if keep != counts:  # a part's frames go on past its hi, where read_part stops: the rows before, in slices
+            batches, at = [], 0
             for k, want in zip(counts, keep, strict=True):
                 if want > 0:
-                    pieces.append(batch.slice(at, want))
+                    batches.append(batch.slice(at, want))
                 at += k
-            batch = pa.concat_batches(pieces) if pieces else batch.slice(0, 0)
-        if parts[0].types is not None:
-            batch = batch.filter(pc.is_in(batch.column("type"), value_set=pa.array(parts[0].types, _TYPE)))
-        if batch.num_rows:
-            yield batch
+        for b in batches:
+            if parts[0].types is not None:
+                b = b.filter(pc.is_in(b.column("type"), value_set=pa.array(parts[0].types, _TYPE)))
+            if b.num_rows:
+                yield b
         return
     if j - i == 1:
         yield from read_part(group[i])
