@@ -487,6 +487,26 @@ def test_a_connection_logs_as_its_client_down_to_its_sftp_channels(sshd, caplog)
     assert not elsewhere, [(r.name, r.getMessage()) for r in elsewhere]
 
 
+def test_an_sftp_channel_that_cannot_open_names_why_even_without_a_message(sshd, monkeypatch) -> None:
+    """Seen in the 2-hour rehearsal: a channel cut during its SFTP start raised EOFError() with no text, and the
+    hub logged 'cannot open an SFTP channel: ' naming nothing. The error names the exception then."""
+    import paramiko
+
+    from sej.hub.ssh import SshError
+
+    client = connect(endpoint(sshd), timeout=scaled(15))
+    try:
+
+        def cut(_transport: object) -> None:
+            raise EOFError()  # what paramiko raises when the channel closes mid-start
+
+        monkeypatch.setattr(paramiko.SFTPClient, "from_transport", cut)
+        with pytest.raises(SshError, match=r"test: cannot open an SFTP channel: EOFError$"):
+            sftp_sources(client, "/", "test")()
+    finally:
+        client.close()
+
+
 @settings(max_examples=8, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(rounds_of_changes, st.sampled_from([200, 5000]))
 def test_passes_that_remember_copy_every_change_between_them_over_ssh(sshd, rounds: Rounds, seg: int) -> None:

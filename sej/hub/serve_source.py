@@ -161,7 +161,7 @@ class Connection:
             raise ServeUnavailable(f"{self.label}: no hello from {self.command or 'sej serve'} within {timeout:g} s"
                                    ) from None  # fmt: skip
         except (OSError, EOFError) as e:
-            raise ServeUnavailable(f"{self.label}: {e or type(e).__name__}{self._exit_why()}") from None
+            raise ServeUnavailable(f"{self.label}: {str(e) or type(e).__name__}{self._exit_why()}") from None
         finally:
             try:
                 # A send that gets no window for this long fails (a stalled server); the reader thread's recv wakes
@@ -208,7 +208,7 @@ class Connection:
         except ProtocolError as e:
             self._fail(SourceError(f"{self.label}: sej serve: {e}"))
         except (OSError, EOFError) as e:
-            self._fail(SourceError(f"{self.label}: {e or type(e).__name__}"))
+            self._fail(SourceError(f"{self.label}: {str(e) or type(e).__name__}"))
         except BaseException as e:  # a bug here must not leave the calls waiting
             self._fail(SourceError(f"{self.label}: reading sej serve's replies: {type(e).__name__}: {e}"))
             raise
@@ -573,7 +573,7 @@ class Connection:
                 if frames:
                     self._send(b"".join(frames))
             except (OSError, EOFError) as e:
-                self._fail(SourceError(f"{self.label}: sending to sej serve: {e or type(e).__name__}"))
+                self._fail(SourceError(f"{self.label}: sending to sej serve: {str(e) or type(e).__name__}"))
         return pending
 
     def _send(self, data: bytes) -> None:
@@ -608,7 +608,7 @@ class Connection:
             try:
                 self._send(wire.encode(wire.watch(0)))
             except (OSError, EOFError) as e:
-                self._fail(SourceError(f"{self.label}: sending to sej serve: {e or type(e).__name__}"))
+                self._fail(SourceError(f"{self.label}: sending to sej serve: {str(e) or type(e).__name__}"))
 
     def close(self) -> None:
         self._fail(SourceError(f"{self.label}: the connection to sej serve was closed"))
@@ -645,7 +645,7 @@ def open_connection(transport: paramiko.Transport, root: str, label: str, comman
         channel = transport.open_session(timeout=hello_timeout)
         channel.exec_command(line)
     except (paramiko.SSHException, OSError, EOFError) as e:
-        raise ServeUnavailable(f"{label}: cannot run {line!r}: {e or type(e).__name__}") from None
+        raise ServeUnavailable(f"{label}: cannot run {line!r}: {str(e) or type(e).__name__}") from None
     try:
         return Connection(channel, label, root, io_timeout, hello_timeout, line)
     except BaseException:

@@ -426,7 +426,7 @@ def sftp_sources(
         try:
             sftp = paramiko.SFTPClient.from_transport(transport)
         except (paramiko.SSHException, OSError, EOFError) as e:
-            raise SshError(f"{label}: cannot open an SFTP channel: {e}") from None
+            raise SshError(f"{label}: cannot open an SFTP channel: {str(e) or type(e).__name__}") from None
         if sftp is None:
             raise SshError(f"{label}: cannot open an SFTP channel")
         sftp.get_channel().settimeout(io_timeout)
