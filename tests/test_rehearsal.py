@@ -65,3 +65,20 @@ def test_an_ack_line_a_kill_tore_is_no_ack_and_does_not_spoil_the_next_incarnati
     new = a.read()
     assert a.torn == 1 and "p0.0.9" not in a.acked and "p0.0.8" in a.acked
     assert len(new) >= 3 and all(mid.startswith("p0.1.") for _, _, mid, _ in new[1:]), new[:3]
+
+
+def test_flatness_is_the_level_over_each_half_not_one_sample() -> None:
+    """A sample taken while a connection is replaced is no growth; a level that rises is. (The 2-hour run at stop 45
+    sat at 6 open files net of its journals in both halves, with one sample of 10 in the second: flagged by the old
+    peak-to-peak comparison.)"""
+    from testing.rehearsal.check import flat
+
+    level = [{"t": t, "files_net": 6} for t in range(0, 1400)]
+    assert flat(level, "files_net", 0.1) is None
+    level[1000]["files_net"] = 10  # one transient sample in the second half
+    assert flat(level, "files_net", 0.1) is None
+    rising = [{"t": t, "files_net": 6 + (3 if t >= 700 else 0)} for t in range(0, 1400)]  # a leak of 3 descriptors
+    grew = flat(rising, "files_net", 0.1)
+    assert grew is not None and "6 in the first half, 9 in the second" in grew
+    slow = [{"t": t, "rss_kib": 50_000 + 40 * t} for t in range(0, 1400)]  # RSS climbing all along: 37% higher
+    assert flat(slow, "rss_kib", 0.25) is not None
