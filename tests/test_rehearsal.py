@@ -68,7 +68,7 @@ def test_an_ack_line_a_kill_tore_is_no_ack_and_does_not_spoil_the_next_incarnati
 
 
 def test_flatness_is_the_level_over_each_half_not_one_sample() -> None:
-    """A sample taken while a connection is replaced is no growth; a level that rises is. (The 2-hour run at stop 45
+    """A sample taken in a busy pass is no growth; a level that rises is. (The 2-hour run at stop 45
     sat at 6 open files net of its journals in both halves, with one sample of 10 in the second: flagged by the old
     peak-to-peak comparison.)"""
     from testing.rehearsal.check import flat
