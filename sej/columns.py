@@ -505,14 +505,7 @@ def read_columns(
 def record_batch(cols: Columns, client: str | None, shard: str, root: str | None = None) -> pa.RecordBatch:
     """`cols` as a record batch of ARROW_SCHEMA (with `root`: ARROW_SCHEMA_WITH_ROOT), every row of the journal
     `shard` of `client` (None outside a hub root)."""
-    n = len(cols.offset)
-    string = pa.string()
-    client_col = pa.nulls(n, string) if client is None else pa.repeat(pa.scalar(client, string), n)
-    arrays = [client_col, pa.repeat(pa.scalar(shard, string), n), cols.offset, micros(cols.timestamp), cols.type,
-              cols.key, cols.value]  # fmt: skip
-    if root is None:
-        return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
-    return pa.RecordBatch.from_arrays([*arrays, pa.repeat(pa.scalar(root, string), n)], schema=ARROW_SCHEMA_WITH_ROOT)
+    return record_batch_of_pieces(cols, [len(cols.offset)], [(client, shard, root)], root=root is not None)
 
 
 def record_batch_of_pieces(
@@ -532,12 +525,12 @@ def record_batch_of_pieces(
                 ends.append(at)
                 values.append(name)
     assert at == len(cols.offset), (at, len(cols.offset))
-    run_ends = pa.array(ends, _I32)
+    run_ends = pa.array(ends, _I32) if len(values) > 1 else None
     string = pa.string()
 
     def column(i: int) -> pa.Array:
-        if len(values) == 1:
-            v = values[0][i]
+        if len(values) <= 1:  # one journal (or no rows): a column of one value
+            v = values[0][i] if values else None
             return pa.nulls(at, string) if v is None else pa.repeat(pa.scalar(v, string), at)
         return pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(run_ends, pa.array([v[i] for v in values], string)))
 

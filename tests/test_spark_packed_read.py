@@ -41,15 +41,19 @@ def _frames(rng: random.Random, n: int, first: int) -> bytes:
 # -- decode_pieces against decode_columns ----------------------------------------------------------------------
 
 
-def _damage(rng: random.Random, data: bytes) -> bytes:
-    b = bytearray(data)
-    what = rng.choice(("flip", "cut", "garbage", "none", "none"))
-    if what == "flip" and b:
-        b[rng.randrange(len(b))] ^= 1 << rng.randrange(8)
-    elif what == "cut" and b:
-        del b[rng.randrange(len(b)) :]
+def _damage(rng: random.Random, data: bytearray, what: str, garbage: int = 40) -> None:
+    """Damage `data` in place: a flipped bit, a cut, or up to `garbage` random bytes added (else nothing)."""
+    if what == "flip" and data:
+        data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+    elif what == "cut" and data:
+        del data[rng.randrange(len(data)) :]
     elif what == "garbage":
-        b += rng.randbytes(rng.randrange(1, 40))
+        data += rng.randbytes(rng.randrange(1, garbage))
+
+
+def _damaged(rng: random.Random, data: bytes) -> bytes:
+    b = bytearray(data)
+    _damage(rng, b, rng.choice(("flip", "cut", "garbage", "none", "none")))
     return bytes(b)
 
 
@@ -61,7 +65,7 @@ def test_decode_pieces_is_decode_columns_of_each_piece_or_none(seed: int) -> Non
     for _ in range(rng.randint(1, 6)):
         expect = rng.choice((0, 5, 2**40, 2**63 - 3, 2**63 - 40, 2**64 - 10))
         data = _frames(rng, rng.randint(0, 30), expect) if expect < 2**63 else sej.encode(expect, None, 0, b"", b"x")
-        pieces.append(_damage(rng, data) if rng.random() < 0.3 else data)
+        pieces.append(_damaged(rng, data) if rng.random() < 0.3 else data)
         expects.append(rng.choice((expect, expect, expect + 1, max(0, expect - 1))))
     buf = bytearray(b"".join(pieces) + rng.randbytes(rng.randrange(3)))  # bytes past the last piece: not read
     ends, at = [], 0
@@ -206,13 +210,8 @@ def _hostile_segment(rng: random.Random, d: str, idx: int) -> tuple[str, str | N
         bounds.append(bounds[-1] + len(f))
     n, data = len(frames), bytearray(b"".join(frames))
     what = rng.choice(["none"] * 5 + ["flip", "cut", "garbage", "key size", "value size", "offset"])
-    if what == "flip" and data:
-        data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
-    elif what == "cut" and data:
-        del data[rng.randrange(len(data)) :]
-    elif what == "garbage":
-        data += rng.randbytes(rng.randrange(1, 60))
-    elif what == "key size" and n:
+    _damage(rng, data, what, garbage=60)
+    if what == "key size" and n:
         data[bounds[rng.randrange(n)] + 17] = rng.randrange(128, 256)  # negative
     elif what == "value size" and n:
         b = bounds[rng.randrange(n)]

@@ -271,7 +271,7 @@ class Session:
             return [wire.encode(_error(call_id, e))]
 
     def _commit_run(self, commits: list[tuple[int, list[Any]]]) -> list[bytes]:
-        """Answer a run of commits of distinct journals (sej.hub.serve_commit: from BATCH_FROM on, their syncs shared)."""
+        """Answer a run of commits of distinct journals (sej.hub.serve_commit: from BATCH_FROM on, syncs shared)."""
         return self._commit_batch(commits) if commits else []
 
     def _threads(self) -> ThreadPoolExecutor:

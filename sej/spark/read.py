@@ -167,8 +167,7 @@ def _decode_group(
                     batches.append(batch.slice(at, want))
                 at += k
         for b in batches:
-            if parts[0].types is not None:
-                b = b.filter(pc.is_in(b.column("type"), value_set=pa.array(parts[0].types, _TYPE)))
+            b = _of_types(b, parts[0].types)
             if b.num_rows:
                 yield b
         return
@@ -184,10 +183,14 @@ def _batch(p: SegmentPart, cols: Columns, lo: int, hi: int) -> pa.RecordBatch:
     """Rows [lo, hi) of `cols` of the partition's wanted types, as a record batch of ARROW_SCHEMA (with root)."""
     if lo > 0 or hi < len(cols.offset):
         cols = Columns(*(a.slice(lo, hi - lo) for a in cols))
-    if p.types is not None:
-        keep = pc.is_in(cols.type, value_set=pa.array(p.types, _TYPE))
-        cols = Columns(*(pc.filter(a, keep) for a in cols))
-    return record_batch(cols, p.client, p.shard, p.root)
+    return _of_types(record_batch(cols, p.client, p.shard, p.root), p.types)
+
+
+def _of_types(batch: pa.RecordBatch, types: tuple[int, ...] | None) -> pa.RecordBatch:
+    """The rows of `batch` whose type is one of `types` (None: every row)."""
+    if types is None:
+        return batch
+    return batch.filter(pc.is_in(batch.column("type"), value_set=pa.array(types, _TYPE)))
 
 
 __all__ = ["Columns", "decode_columns", "micros", "read_part", "read_partition"]  # decoding: sej.columns
